@@ -1,0 +1,374 @@
+import uuid
+
+import pgtrigger
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+DEFAULT_STAGES = ["discovery", "assessment", "draft", "build", "commit", "push", "deploy", "verify"]
+DEFAULT_EFFECT_STAGES = ["commit", "push", "deploy"]
+DEFAULT_APPROVAL_STAGES = ["deploy"]
+
+
+def default_stages():
+    return list(DEFAULT_STAGES)
+
+
+def default_effect_stages():
+    return list(DEFAULT_EFFECT_STAGES)
+
+
+def default_approval_stages():
+    return list(DEFAULT_APPROVAL_STAGES)
+
+
+def append_only_triggers():
+    """The ledger guard: no UPDATE, DELETE or TRUNCATE, for every connection (superusers too)."""
+    return [
+        pgtrigger.Protect(name="append_only", operation=pgtrigger.Update | pgtrigger.Delete),
+        pgtrigger.Trigger(
+            name="no_truncate",
+            operation=pgtrigger.Truncate,
+            level=pgtrigger.Statement,
+            when=pgtrigger.Before,
+            func="RAISE EXCEPTION 'pgtrigger: Cannot truncate % table: the ledger is append-only', TG_TABLE_NAME;",
+        ),
+    ]
+
+
+class Agent(models.Model):
+    """A machine identity; its user belongs to the ``agent`` group."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="owned_agents"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.user.get_username()
+
+
+class ApiToken(models.Model):
+    """An API token, stored as its SHA-256 only; revoking keeps the row for the audit."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"{self.prefix}… ({self.user})"
+
+
+class Workflow(models.Model):
+    slug = models.SlugField(max_length=100, unique=True)
+    title = models.CharField(max_length=200, blank=True)
+    stages = models.JSONField(default=default_stages)
+    effect_stages = models.JSONField(default=default_effect_stages, blank=True)
+    approval_stages = models.JSONField(default=default_approval_stages, blank=True)
+    policy_version = models.CharField(max_length=100, default="1")
+    checkpoint_ttl_seconds = models.PositiveIntegerField(default=86400)
+    max_retries = models.PositiveIntegerField(default=3)
+    lease_seconds = models.PositiveIntegerField(default=600)
+    approval_ttl_seconds = models.PositiveIntegerField(default=86400)
+    schedule = models.CharField(max_length=100, blank=True, help_text="cron: minute hour day month weekday")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="workflows"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self):
+        return self.slug
+
+
+class RunState(models.TextChoices):
+    CAPTURED = "captured"
+    RESTORE = "restore"
+    COMPARE = "compare"
+    FRESH = "fresh"
+    RESUME = "resume"
+    VERIFY_ONLY = "verify_only"
+    NOOP = "noop"
+    ESCALATED = "escalated"
+    EXECUTE = "execute"
+    CHECKPOINTED = "checkpointed"
+    FAILED = "failed"
+    COMPLETED = "completed"
+    AWAITING_APPROVAL = "awaiting_approval"
+    VERIFY = "verify"
+    COMPENSATE = "compensate"
+    COMPENSATED = "compensated"
+    ABANDONED = "abandoned"
+
+
+TERMINAL_STATES = frozenset({"completed", "noop", "compensated", "abandoned", "failed"})
+# States in which a run holds its intent: at most one run per (workflow, intent).
+HOLDING_STATES = (
+    "captured", "restore", "compare", "fresh", "resume", "verify_only", "execute",
+    "checkpointed", "verify", "awaiting_approval", "compensate",
+)
+# Waiting for a human: the lease does not expire meanwhile.
+HUMAN_WAIT_STATES = frozenset({"awaiting_approval", "compensate", "escalated"})
+
+
+class Trigger(models.TextChoices):
+    SCHEDULE = "schedule"
+    EVENT = "event"
+    HUMAN = "human"
+    API = "api"
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="runs")
+    intent = models.CharField(max_length=500)
+    trigger = models.CharField(max_length=20, choices=Trigger.choices, default=Trigger.API)
+    trigger_key = models.CharField(max_length=500)
+    inputs = models.JSONField(default=dict)
+    input_fingerprint = models.CharField(max_length=64)
+    policy_version = models.CharField(max_length=100)
+    env_fingerprint = models.CharField(max_length=500, blank=True)
+    state = models.CharField(max_length=20, choices=RunState.choices, default=RunState.CAPTURED)
+    decision = models.JSONField(default=dict, blank=True)
+    current_stage = models.CharField(max_length=100, blank=True)
+    # Projection of the ledger: {stage: {"status", "seq", "hash", "run"}} for this run's view of the work.
+    stage_states = models.JSONField(default=dict, blank=True)
+    triggered_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    retried_at = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    event_count = models.PositiveIntegerField(default=0)
+    last_hash = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "trigger_key"], name="run_unique_trigger_key"),
+            models.UniqueConstraint(
+                fields=["workflow", "intent"],
+                condition=Q(state__in=HOLDING_STATES),
+                name="run_one_active_per_intent",
+            ),
+            models.CheckConstraint(condition=Q(state__in=RunState.values), name="run_state_valid"),
+        ]
+        indexes = [
+            models.Index(fields=["workflow", "intent", "input_fingerprint", "state"], name="run_intent_fp_state"),
+            models.Index(fields=["workflow", "intent", "state"], name="run_intent_state"),
+            models.Index(fields=["state", "lease_expires_at"], name="run_state_lease"),
+            models.Index(fields=["-created_at"], name="run_created_desc"),
+        ]
+
+    def __str__(self):
+        return f"{self.workflow_id}:{self.intent} ({self.state})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class EventKind(models.TextChoices):
+    STARTED = "started"
+    PROPOSED = "proposed"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    VERIFIED = "verified"
+    UNKNOWN = "unknown"
+    DECIDED = "decided"
+    TRANSITION = "transition"
+    CHECKPOINTED = "checkpointed"
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    COMPENSATED = "compensated"
+    RETRIED = "retried"
+    ABANDONED = "abandoned"
+    EXPIRED = "expired"
+    CORRECTED = "corrected"
+
+
+STAGE_OUTCOME_KINDS = frozenset({"started", "proposed", "succeeded", "failed", "skipped", "verified", "unknown"})
+
+
+class LedgerEvent(models.Model):
+    """One fact of a run's history. Never updated or deleted: the database refuses it."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    seq = models.PositiveIntegerField()
+    at = models.DateTimeField()
+    stage = models.CharField(max_length=100, blank=True)
+    kind = models.CharField(max_length=30, choices=EventKind.choices)
+    actor = models.CharField(max_length=200)
+    input_fingerprint = models.CharField(max_length=64)
+    policy_version = models.CharField(max_length=100)
+    env_fingerprint = models.CharField(max_length=500, blank=True)
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    effect = models.JSONField(null=True, blank=True)
+    evidence = models.JSONField(default=list, blank=True)
+    reason_code = models.CharField(max_length=100, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    client_event_id = models.CharField(max_length=200, null=True, blank=True)
+    body_digest = models.CharField(max_length=64, blank=True)
+    prev_hash = models.CharField(max_length=64, blank=True)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="event_unique_run_seq"),
+            models.UniqueConstraint(
+                fields=["run", "client_event_id"],
+                condition=Q(client_event_id__isnull=False),
+                name="event_unique_client_event_id",
+            ),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="event_seq_positive"),
+        ]
+        indexes = [
+            models.Index(fields=["at"], name="event_at"),
+            models.Index(fields=["idempotency_key"], name="event_idempotency_key", condition=~Q(idempotency_key="")),
+        ]
+        triggers = append_only_triggers()
+
+    def __str__(self):
+        return f"{self.run_id}#{self.seq} {self.stage}:{self.kind}"
+
+
+class EffectStatus(models.TextChoices):
+    ATTEMPTED = "attempted"
+    EFFECTIVE = "effective"
+    VERIFIED = "verified"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    COMPENSATED = "compensated"
+
+
+UNVERIFIED_EFFECT_STATUSES = frozenset({"attempted", "effective", "unknown"})
+
+
+class Effect(models.Model):
+    """One external side effect, keyed by its idempotency key; a projection of the ledger."""
+
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="effects")
+    intent = models.CharField(max_length=500)
+    input_fingerprint = models.CharField(max_length=64)
+    stage = models.CharField(max_length=100)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="effects")
+    status = models.CharField(max_length=20, choices=EffectStatus.choices, default=EffectStatus.ATTEMPTED)
+    system = models.CharField(max_length=200, blank=True)
+    operation = models.CharField(max_length=200, blank=True)
+    reference = models.CharField(max_length=1000, blank=True)
+    attempts = models.PositiveIntegerField(default=1)
+    claimed_seq = models.PositiveIntegerField()
+    last_seq = models.PositiveIntegerField()
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=EffectStatus.values), name="effect_status_valid"),
+        ]
+        indexes = [
+            models.Index(fields=["workflow", "intent", "input_fingerprint"], name="effect_intent_fp"),
+            models.Index(fields=["run"], name="effect_run"),
+        ]
+
+    def __str__(self):
+        return f"{self.stage}:{self.status} ({self.idempotency_key[:12]})"
+
+
+class Checkpoint(models.Model):
+    """Immutable; a new row per save. The latest per (workflow, intent) counts."""
+
+    class Source(models.TextChoices):
+        SERVER = "server"
+        AGENT = "agent"
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="checkpoints")
+    intent = models.CharField(max_length=500)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
+    source = models.CharField(max_length=10, choices=Source.choices)
+    payload = models.JSONField()
+    input_fingerprint = models.CharField(max_length=64)
+    policy_version = models.CharField(max_length=100)
+    env_fingerprint = models.CharField(max_length=500, blank=True)
+    version_boundary = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["workflow", "intent", "-id"], name="checkpoint_intent_latest"),
+            models.Index(fields=["workflow", "intent", "input_fingerprint", "-id"], name="checkpoint_intent_fp_latest"),
+            models.Index(fields=["expires_at"], name="checkpoint_expires"),
+        ]
+        triggers = [pgtrigger.Protect(name="immutable", operation=pgtrigger.Update)]
+
+    def __str__(self):
+        return f"checkpoint {self.pk} {self.workflow_id}:{self.intent}"
+
+
+class Approval(models.Model):
+    """A request for a human decision; once approved, a single-use permit for exactly that action."""
+
+    class Kind(models.TextChoices):
+        HIGH_IMPACT = "high_impact"
+        COMPENSATION = "compensation"
+        ESCALATION = "escalation"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="approvals")
+    stage = models.CharField(max_length=100, blank=True)
+    action = models.JSONField(default=dict)
+    action_digest = models.CharField(max_length=64)
+    policy_version = models.CharField(max_length=100)
+    input_fingerprint = models.CharField(max_length=64)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    requested_by = models.CharField(max_length=200)
+    requested_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_by = models.CharField(max_length=200, blank=True)
+    decided_role = models.CharField(max_length=20, blank=True)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    deadline = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    consumed_at = models.DateTimeField(null=True, blank=True)
+    consumed_seq = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "stage", "kind"], condition=Q(status="pending"), name="approval_one_pending"
+            ),
+            models.CheckConstraint(condition=Q(status__in=["pending", "approved", "rejected", "expired"]),
+                                   name="approval_status_valid"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "deadline"], name="approval_status_deadline"),
+            models.Index(fields=["run", "stage", "status"], name="approval_run_stage"),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} {self.stage} ({self.status})"

@@ -1,0 +1,183 @@
+"""Every API error is JSON with a stable ``code`` and a human ``detail``."""
+
+import json
+import logging
+
+from django.conf import settings
+from django.http import JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.parsers import JSONParser
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+logger = logging.getLogger(__name__)
+
+
+class DomainError(Exception):
+    """A refused operation; services raise it, the API renders it."""
+
+    status_code = 409
+
+    def __init__(self, code: str, detail: str, *, status_code: int | None = None, **extra):
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.extra = extra
+        if status_code is not None:
+            self.status_code = status_code
+
+    def as_dict(self) -> dict:
+        return {"code": self.code, "detail": self.detail, **self.extra}
+
+
+class Conflict(DomainError):
+    status_code = 409
+
+
+class Invalid(DomainError):
+    status_code = 422
+
+
+class NotFound(DomainError):
+    status_code = 404
+
+
+class Forbidden(DomainError):
+    status_code = 403
+
+
+class ParseFailed(exceptions.ParseError):
+    def __init__(self, code: str, detail: str):
+        super().__init__(detail=detail, code=code)
+        self.stable_code = code
+
+
+def _max_depth_and_nul(value) -> tuple[int, bool]:
+    """Nesting depth of a decoded JSON value and whether any string holds a NUL (iterative)."""
+    deepest, has_nul = 0, False
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            deepest = max(deepest, depth)
+            for key, child in item.items():
+                if "\x00" in key:
+                    has_nul = True
+                stack.append((child, depth + 1))
+        elif isinstance(item, list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str) and "\x00" in item:
+            has_nul = True
+    return deepest, has_nul
+
+
+def decode_json_body(raw: bytes):
+    """Decode a request body, refusing NUL bytes, deep nesting and bad JSON with stable codes."""
+    if b"\x00" in raw:
+        raise ParseFailed("nul_byte", "The body contains a NUL byte; it is refused, never sanitised.")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ParseFailed("malformed_json", "The body is not valid UTF-8.")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ParseFailed("too_deep", f"JSON nesting deeper than {settings.API_MAX_DEPTH} levels.")
+    except ValueError as exc:
+        raise ParseFailed("malformed_json", f"Malformed JSON: {exc}")
+    depth, has_nul = _max_depth_and_nul(value)
+    if depth > settings.API_MAX_DEPTH:
+        raise ParseFailed("too_deep", f"JSON nesting deeper than {settings.API_MAX_DEPTH} levels.")
+    if has_nul:
+        raise ParseFailed("nul_byte", "A string holds a NUL character (\\u0000); it is refused, never sanitised.")
+    return value
+
+
+class StrictJSONParser(JSONParser):
+    def parse(self, stream, media_type=None, parser_context=None):
+        raw = stream.read() if stream is not None else b""
+        if not raw:
+            return {}
+        return decode_json_body(raw)
+
+
+class BodySizeLimitMiddleware:
+    """Refuse oversized bodies before anything reads them (413 ``body_too_large``)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        limit = settings.API_MAX_BODY_BYTES
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            return error_response("bad_request", "Invalid Content-Length header.", 400)
+        if length > limit:
+            return error_response("body_too_large", f"Request body exceeds {limit} bytes.", 413, limit=limit)
+        return self.get_response(request)
+
+
+def error_response(code: str, detail: str, status_code: int, **extra) -> JsonResponse:
+    return JsonResponse({"code": code, "detail": detail, **extra}, status=status_code)
+
+
+_DRF_CODES = {
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "authentication_failed",
+    exceptions.PermissionDenied: "permission_denied",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.NotAcceptable: "not_acceptable",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.Throttled: "throttled",
+    exceptions.ParseError: "malformed_json",
+    exceptions.ValidationError: "validation_error",
+}
+
+
+def api_exception_handler(exc, context):
+    if isinstance(exc, DomainError):
+        return Response(exc.as_dict(), status=exc.status_code)
+    if isinstance(exc, ParseFailed):
+        return Response({"code": exc.stable_code, "detail": str(exc.detail)}, status=400)
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+    if isinstance(exc, exceptions.ValidationError):
+        response.data = {"code": code, "detail": "Invalid input.", "errors": response.data}
+        response.status_code = status.HTTP_400_BAD_REQUEST
+    else:
+        detail = response.data.get("detail", "") if isinstance(response.data, dict) else response.data
+        response.data = {"code": code, "detail": str(detail)}
+    return response
+
+
+def _wants_json(request) -> bool:
+    return request.path.startswith("/api/") or "application/json" in request.headers.get("Accept", "")
+
+
+def handler400(request, exception=None):
+    return error_response("bad_request", "Bad request.", 400)
+
+
+def handler403(request, exception=None):
+    return error_response("permission_denied", "You do not have permission to do this.", 403)
+
+
+def handler404(request, exception=None):
+    if _wants_json(request):
+        return error_response("not_found", f"No such URL: {request.path}", 404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)
+
+
+def handler500(request):
+    if _wants_json(request):
+        return error_response("server_error", "Internal server error; it has been logged.", 500)
+    from django.views.defaults import server_error
+
+    return server_error(request)

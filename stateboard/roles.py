@@ -1,0 +1,69 @@
+"""Who may do what: the one place that decides, used by the API and the pages alike.
+
+Humans hold roles as Django groups; agents are users in the ``agent`` group with an
+``ledger.Agent`` profile. API views declare ``roles = {"POST": {AGENT, EDITOR}, "GET": ANY}``.
+"""
+
+from rest_framework.permissions import BasePermission
+
+AGENT, EDITOR, OWNER, ONCALL, VIEWER = "agent", "editor", "owner", "oncall", "viewer"
+HUMAN_ROLES = (EDITOR, OWNER, ONCALL, VIEWER)
+ALL_ROLES = (AGENT, *HUMAN_ROLES)
+ANY = frozenset(ALL_ROLES)  # any authenticated identity
+PUBLIC = "public"
+
+
+def user_roles(user) -> frozenset[str]:
+    if user is None or not user.is_authenticated:
+        return frozenset()
+    cached = getattr(user, "_stateboard_roles", None)
+    if cached is None:
+        cached = frozenset(g.name for g in user.groups.all() if g.name in ALL_ROLES)
+        if user.is_superuser:
+            cached = cached | frozenset(HUMAN_ROLES)
+        user._stateboard_roles = cached
+    return cached
+
+
+def has_role(user, *roles: str) -> bool:
+    return bool(user_roles(user) & set(roles))
+
+
+def is_agent(user) -> bool:
+    return AGENT in user_roles(user)
+
+
+def actor_for(user) -> str:
+    """Ledger actor string: ``agent:<name>`` or ``user:<name>``."""
+    if user is None:
+        return "system"
+    return f"{'agent' if is_agent(user) else 'user'}:{user.get_username()}"
+
+
+def acting_role(user, allowed: set[str] | frozenset[str]) -> str:
+    """The role a user acted in for an audited action (the first they hold among ``allowed``)."""
+    for role in (AGENT, EDITOR, OWNER, ONCALL, VIEWER):
+        if role in allowed and role in user_roles(user):
+            return role
+    return "none"
+
+
+class RolePermission(BasePermission):
+    """Checks ``view.roles[method]``; a view without a rule for the method is refused."""
+
+    message = "Your role may not do this."
+
+    def has_permission(self, request, view):
+        rule = getattr(view, "roles", {}).get(request.method)
+        if request.method in ("HEAD", "OPTIONS") and rule is None:
+            rule = getattr(view, "roles", {}).get("GET")
+        if rule == PUBLIC:
+            return True
+        if not request.user or not request.user.is_authenticated:
+            return False
+        return bool(rule) and has_role(request.user, *rule)
+
+
+def roles_context(request):
+    """Template context: the signed-in user's roles, for showing only the buttons they may use."""
+    return {"user_roles": user_roles(getattr(request, "user", None))}

@@ -1,0 +1,30 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from stateboard import views
+
+handler400 = "stateboard.errors.handler400"
+handler403 = "stateboard.errors.handler403"
+handler404 = "stateboard.errors.handler404"
+handler500 = "stateboard.errors.handler500"
+
+api_v1 = [
+    path("", include("ledger.urls_api")),
+    path("", include("knowledge.urls_api")),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+]
+
+urlpatterns = [
+    path("api/v1/", include(api_v1)),
+    path("healthz", views.healthz, name="healthz"),
+    path("metrics", views.prometheus_metrics, name="prometheus_metrics"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("", include("ledger.urls")),
+    path("", include("knowledge.urls")),
+    path("", views.dashboard, name="dashboard"),
+]

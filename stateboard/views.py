@@ -1,0 +1,61 @@
+"""Project-level views: the dashboard home, health and Prometheus metrics."""
+
+from django.contrib.auth.decorators import login_required
+from django.db import connection
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+
+def _database_ok() -> tuple[bool, str]:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True, "ok"
+    except Exception as exc:  # any driver error means unreachable
+        return False, f"{type(exc).__name__}: {exc}"[:200]
+
+
+def _broker_ok() -> tuple[bool, str]:
+    from stateboard.celery import app
+
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        return True, "ok"
+    except Exception as exc:
+        return False, f"{type(exc).__name__}: {exc}"[:200]
+
+
+@require_GET
+def healthz(request):
+    """Public: 200 when the database and the broker answer, else 503."""
+    db_ok, db_detail = _database_ok()
+    broker_ok, broker_detail = _broker_ok()
+    ok = db_ok and broker_ok
+    body = {"status": "ok" if ok else "unavailable", "database": db_detail, "broker": broker_detail}
+    if not ok:
+        body["code"] = "unhealthy"
+    return JsonResponse(body, status=200 if ok else 503)
+
+
+@require_GET
+def prometheus_metrics(request):
+    from ledger import selectors
+
+    lines = []
+    for name, help_text, kind, samples in selectors.prometheus_samples():
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            label_text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+            lines.append(f"{name}{{{label_text}}} {value}" if label_text else f"{name} {value}")
+    return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4")
+
+
+@require_GET
+@login_required
+def dashboard(request):
+    from ledger import selectors
+
+    return render(request, "dashboard.html", selectors.dashboard_summary(user=request.user))

@@ -1,0 +1,14 @@
+"""Test settings: the real PostgreSQL and Redis on this machine unless told otherwise."""
+
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/stateboard")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+os.environ.setdefault("DB_POOL", "0")
+
+from stateboard.settings import *  # noqa: E402,F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+CELERY_TASK_ALWAYS_EAGER = True
+SESSION_COOKIE_SECURE = False
+CSRF_COOKIE_SECURE = False
