@@ -372,3 +372,26 @@ class Approval(models.Model):
 
     def __str__(self):
         return f"{self.kind} {self.stage} ({self.status})"
+
+
+class AuditEntry(models.Model):
+    """Human actions on the product, refused attempts included (the ledger holds only what happened)."""
+
+    at = models.DateTimeField()
+    actor = models.CharField(max_length=200)
+    role = models.CharField(max_length=20)
+    action = models.CharField(max_length=40)
+    outcome = models.CharField(max_length=10)  # done | refused
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.PROTECT, related_name="audit_entries")
+    target = models.CharField(max_length=200, blank=True)
+    code = models.CharField(max_length=60, blank=True)
+    reason = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [models.Index(fields=["run", "at"], name="audit_run_at")]
+        triggers = append_only_triggers()
+
+    def __str__(self):
+        return f"{self.actor} {self.action} {self.outcome}"

@@ -1,1 +1,23 @@
-urlpatterns = []
+from django.urls import path
+
+from ledger import api
+
+urlpatterns = [
+    path("workflows/", api.WorkflowListCreateApi.as_view(), name="workflow_list"),
+    path("workflows/<slug:slug>/", api.WorkflowDetailApi.as_view(), name="workflow_detail"),
+    path("runs/", api.RunListCreateApi.as_view(), name="run_list"),
+    path("runs/<str:run_id>/", api.RunDetailApi.as_view(), name="run_detail"),
+    path("runs/<str:run_id>/events/", api.RunEventsApi.as_view(), name="run_events"),
+    path("runs/<str:run_id>/verify-chain/", api.RunVerifyChainApi.as_view(), name="run_verify_chain"),
+    path("runs/<str:run_id>/checkpoints/", api.RunCheckpointCreateApi.as_view(), name="run_checkpoint_create"),
+    path("runs/<str:run_id>/checkpoint/", api.RunCheckpointLatestApi.as_view(), name="run_checkpoint_latest"),
+    path("runs/<str:run_id>/approvals/", api.RunApprovalCreateApi.as_view(), name="run_approval_create"),
+    path("runs/<str:run_id>/retry/", api.RunRetryApi.as_view(), name="run_retry"),
+    path("runs/<str:run_id>/compensate/", api.RunCompensateApi.as_view(), name="run_compensate"),
+    path("runs/<str:run_id>/abandon/", api.RunAbandonApi.as_view(), name="run_abandon"),
+    path("approvals/", api.ApprovalListApi.as_view(), name="approval_list"),
+    path("approvals/<str:approval_id>/approve/", api.ApprovalApproveApi.as_view(), name="approval_approve"),
+    path("approvals/<str:approval_id>/reject/", api.ApprovalRejectApi.as_view(), name="approval_reject"),
+    path("effects/", api.EffectListApi.as_view(), name="effect_list"),
+    path("metrics/", api.MetricsApi.as_view(), name="metrics"),
+]

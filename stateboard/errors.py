@@ -8,7 +8,6 @@ from django.http import JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
-from rest_framework.views import exception_handler
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +141,8 @@ def api_exception_handler(exc, context):
         return Response(exc.as_dict(), status=exc.status_code)
     if isinstance(exc, ParseFailed):
         return Response({"code": exc.stable_code, "detail": str(exc.detail)}, status=400)
+    from rest_framework.views import exception_handler
+
     response = exception_handler(exc, context)
     if response is None:
         return None

@@ -1,0 +1,43 @@
+"""Drive runs through the API the way an agent does."""
+
+import itertools
+
+from django.utils import timezone
+
+_ids = itertools.count(1)
+EVIDENCE = [{"uri": "https://example.test/check", "observed_at": "2026-11-29T12:00:00+00:00", "digest": "sha256:1"}]
+
+
+class AgentDriver:
+    def __init__(self, client, workflow_slug: str):
+        self.client = client
+        self.workflow = workflow_slug
+
+    def trigger(self, inputs=None, expect=(200, 201), **fields):
+        body = {"workflow": self.workflow, "inputs": inputs if inputs is not None else {"v": 1}, **fields}
+        response = self.client.post("/api/v1/runs/", body, format="json")
+        assert response.status_code in (expect if isinstance(expect, tuple) else (expect,)), response.content
+        return response.json()
+
+    def event(self, run_id, stage, kind, expect=201, **fields):
+        body = {"client_event_id": f"e-{next(_ids)}", "stage": stage, "kind": kind, **fields}
+        response = self.client.post(f"/api/v1/runs/{run_id}/events/", body, format="json")
+        assert response.status_code == expect, (response.status_code, response.content)
+        return response.json()
+
+    def pass_stage(self, run_id, stage, effect_stage=False, verify=True):
+        self.event(run_id, stage, "started")
+        if effect_stage:
+            self.event(run_id, stage, "succeeded",
+                       effect={"system": "git", "operation": stage, "reference": f"ref-{stage}-{next(_ids)}"})
+            if verify:
+                self.event(run_id, stage, "verified", evidence=EVIDENCE)
+        else:
+            self.event(run_id, stage, "succeeded")
+
+    def run(self, run_id):
+        return self.client.get(f"/api/v1/runs/{run_id}/").json()
+
+
+def now():
+    return timezone.now()
