@@ -154,3 +154,50 @@ def dashboard_summary(*, user=None) -> dict:
         "state_counts": dict(Run.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n")),
         "pending_approvals": Approval.objects.filter(status="pending").count(),
     }
+
+
+# ---------------------------------------------------------------- pages (added with the HTML views)
+
+ONCALL_STATES = ("escalated", "compensate", "failed")
+
+
+def runs_filtered(*, user=None, workflow: str = "", state: str = "", intent: str = "", since=None):
+    """``run_list`` narrowed by the runs page filters (workflow slug, state, intent substring, created since)."""
+    runs = run_list(user=user)
+    if workflow:
+        runs = runs.filter(workflow__slug=workflow)
+    if state:
+        runs = runs.filter(state=state)
+    if intent:
+        runs = runs.filter(intent__icontains=intent)
+    if since:
+        runs = runs.filter(created_at__gte=since)
+    return runs
+
+
+def oncall_runs(*, user=None, workflow: str = "", state: str = "", intent: str = "", since=None):
+    """Runs that need on-call attention: escalated, awaiting compensation, or failed."""
+    runs = runs_filtered(user=user, workflow=workflow, state=state, intent=intent, since=since)
+    return runs.filter(state__in=ONCALL_STATES)
+
+
+def workflow_list(*, user=None):
+    from ledger.models import Workflow
+
+    return Workflow.objects.order_by("slug")
+
+
+def approvals_pending(*, user=None):
+    """Pending requests, oldest deadline first (what needs a decision soonest)."""
+    return approval_list(user=user, status="pending").order_by("deadline", "id")
+
+
+def approval_get(*, approval_id, user=None):
+    return approval_list(user=user).get(id=approval_id)
+
+
+def run_audit_entries(*, run):
+    """Audited human actions on the run (refused attempts included), newest first."""
+    from ledger.models import AuditEntry
+
+    return AuditEntry.objects.filter(run=run).order_by("-at", "-id")

@@ -107,7 +107,11 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
+try:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+except OSError:  # a read-only deployment serves collected files from elsewhere
+    pass
 STATICFILES_DIRS = [BASE_DIR / "stateboard" / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

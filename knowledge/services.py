@@ -1,0 +1,606 @@
+"""Every write to the knowledge store.
+
+Locking order, everywhere: the key's ``ClaimHead`` rows (sorted by key), then the
+``StoreCounter`` row last (``_allocate_store_versions``), held until commit. Store versions are
+therefore committed in order, and writers of different keys only queue on the counter for the
+few statements between their INSERT and COMMIT.
+"""
+
+from datetime import datetime
+
+import pgtrigger
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from knowledge import gate
+from knowledge.models import (
+    EFFECTIVE_STATUSES,
+    TOMBSTONE_STATUSES,
+    Claim,
+    ClaimCitation,
+    ClaimDerivation,
+    ClaimHead,
+    ClaimReview,
+    ClaimStatus,
+    GateDecision,
+    StoreCounter,
+)
+from stateboard.errors import Conflict, Forbidden, Invalid, NotFound
+from stateboard.roles import OWNER, actor_for, has_role, is_agent, user_roles
+
+# Fields of a retrieved claim that a snapshot may carry back; reconcile ignores them.
+SNAPSHOT_ONLY_FIELDS = frozenset({
+    "store_version", "version", "status", "use_as", "needs_review", "actor", "created_at", "provenance",
+    "policy_version", "reason", "pending_reasons", "reviews",
+})
+REFRESH_FIELDS = ["observed_at", "refresh_after", "source_refs", "statement", "ledger_event",
+                  "retention_until", "derived_from", "reason"]
+
+
+class WriteGateRejected(Invalid):
+    def __init__(self, result: gate.GateResult):
+        codes = ", ".join(result.codes)
+        super().__init__("write_gate_rejected", f"The write gate refused this claim: {codes}.",
+                         reasons=result.reasons, policy_version=result.policy_version)
+        self.result = result
+
+
+# ---------------------------------------------------------------------------------------------
+# building blocks
+
+def _allocate_store_versions(n: int = 1) -> int:
+    """Reserve ``n`` store versions; returns the last one. Locks the counter row until commit."""
+    table = connection.ops.quote_name(StoreCounter._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (id, value) VALUES (1, %s) "
+            f"ON CONFLICT (id) DO UPDATE SET value = {table}.value + EXCLUDED.value RETURNING value",
+            [n],
+        )
+        return cursor.fetchone()[0]
+
+
+def _heads_for_update(keys, now: datetime, *, create: bool) -> dict[str, ClaimHead]:
+    """Lock the heads of ``keys`` in key order (creating empty ones when ``create``)."""
+    keys = sorted(set(keys))
+    if create:
+        ClaimHead.objects.bulk_create([ClaimHead(key=k, updated_at=now) for k in keys], ignore_conflicts=True)
+    heads = (ClaimHead.objects.select_for_update(of=("self",)).select_related("current")
+             .filter(key__in=keys).order_by("key"))
+    return {h.key: h for h in heads}
+
+
+def _head_for_update(key: str, now: datetime, *, create: bool = False) -> ClaimHead | None:
+    return _heads_for_update([key], now, create=create).get(key)
+
+
+def _latest_version(key: str) -> Claim | None:
+    return Claim.objects.filter(key=key).order_by("-version").first()
+
+
+def _claim_owner_id(head: ClaimHead) -> int | None:
+    """The claim's owner: of its current value, else of its latest version."""
+    if head.current_id is not None or head.gc_status:
+        return head.owner_id
+    latest = _latest_version(head.key)
+    return latest.owner_id if latest else None
+
+
+def _may_act_as_claim_owner(user, owner_id: int | None) -> bool:
+    """Revoking, and accepting a proposal for a revoked key: the claim's owner alone
+    (any user with the owner role when the claim has no owner). Never an agent."""
+    if user is None or is_agent(user):
+        return False
+    if owner_id is not None:
+        return user.pk == owner_id
+    return has_role(user, OWNER)
+
+
+def _is_revoked(head: ClaimHead | None) -> bool:
+    if head is None:
+        return False
+    if head.current_id is not None:
+        return head.current.status == ClaimStatus.REVOKED
+    return head.gc_status == ClaimStatus.REVOKED
+
+
+def _key_state(key: str) -> str:
+    head = ClaimHead.objects.filter(key=key).only("live", "current_id", "gc_status").first()
+    if head is None or not head.ever_live:
+        return "missing"
+    return "live" if head.live else "tombstoned"
+
+
+def _user_kind(username: str) -> str | None:
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        return None
+    return "agent" if is_agent(user) else "human"
+
+
+def _ledger_event_verified(event_id: int) -> bool:
+    from ledger import selectors as ledger_selectors
+
+    return ledger_selectors.event_is_verified(event_id=event_id)
+
+
+def _gate_context(*, user, now: datetime, head: ClaimHead | None) -> gate.GateContext:
+    def revoked_key_authority(key):
+        if head is None or head.key != key or not _is_revoked(head):
+            return None
+        return _may_act_as_claim_owner(user, _claim_owner_id(head))
+
+    return gate.GateContext(
+        now=now,
+        actor_roles=frozenset(user_roles(user)),
+        ledger_event_verified=_ledger_event_verified,
+        user_kind=_user_kind,
+        key_state=_key_state,
+        revoked_key_authority=revoked_key_authority,
+    )
+
+
+def _resolve_owner_id(*, user, named: str | None, key: str) -> int | None:
+    """Named in the proposal; else the previous version's; else the proposing agent's owner;
+    else the proposer, when a person with the owner role."""
+    if named:
+        return get_user_model().objects.only("id").get(username=named).pk
+    previous = _latest_version(key)
+    if previous is not None and previous.owner_id is not None:
+        return previous.owner_id
+    if user is not None and is_agent(user):
+        agent = getattr(user, "agent", None)
+        return agent.owner_id if agent is not None else None
+    if user is not None and has_role(user, OWNER):
+        return user.pk
+    return None
+
+
+def _content_fields(cleaned: dict, *, owner_id: int | None) -> dict:
+    scope = cleaned["scope"]
+    return {
+        "statement": cleaned["statement"],
+        "source_refs": cleaned["source_refs"],
+        "source_type": cleaned["source_type"],
+        "scope_system": scope["system"],
+        "scope_version": scope["version"],
+        "scope_task": scope["task"],
+        "confidence": cleaned["confidence"],
+        "observed_at": cleaned["observed_at"],
+        "refresh_after": cleaned["refresh_after"],
+        "owner_id": owner_id,
+        "sensitivity": cleaned["sensitivity"],
+        "retention_until": cleaned["retention_until"],
+        "derived_from": cleaned["derived_from"],
+        "ledger_event": cleaned["ledger_event"],
+    }
+
+
+def _copy_content(claim: Claim) -> dict:
+    return {
+        "statement": claim.statement,
+        "source_refs": claim.source_refs,
+        "source_type": claim.source_type,
+        "scope_system": claim.scope_system,
+        "scope_version": claim.scope_version,
+        "scope_task": claim.scope_task,
+        "confidence": claim.confidence,
+        "observed_at": claim.observed_at,
+        "refresh_after": claim.refresh_after,
+        "owner_id": claim.owner_id,
+        "sensitivity": claim.sensitivity,
+        "retention_until": claim.retention_until,
+        "derived_from": claim.derived_from,
+        "ledger_event": claim.ledger_event,
+    }
+
+
+def _as_proposal(claim: Claim) -> dict:
+    """A stored version as a gate proposal (for a refresh, which re-runs the gate)."""
+    proposal = {
+        "key": claim.key,
+        "statement": claim.statement,
+        "source_refs": claim.source_refs,
+        "source_type": claim.source_type,
+        "scope": claim.scope,
+        "confidence": claim.confidence,
+        "sensitivity": claim.sensitivity,
+        "derived_from": claim.derived_from,
+    }
+    if claim.owner_id is not None:
+        proposal["owner"] = claim.owner.get_username()
+    if claim.retention_until is not None:
+        proposal["retention_until"] = claim.retention_until.isoformat()
+    if claim.ledger_event is not None:
+        proposal["ledger_event"] = claim.ledger_event
+    return proposal
+
+
+def _append(head: ClaimHead, *, status: str, fields: dict, actor: str, now: datetime, provenance: dict,
+            reason: str = "", pending_reasons=(), policy_version: str = "") -> Claim:
+    """Append the next version of ``head.key`` (the head is locked by the caller)."""
+    store_version = _allocate_store_versions(1)
+    claim = Claim.objects.create(
+        key=head.key, version=head.latest_version + 1, store_version=store_version, status=status,
+        actor=actor, reason=reason, provenance=provenance, pending_reasons=list(pending_reasons),
+        policy_version=policy_version or gate.load_policy()["version"], created_at=now, **fields,
+    )
+    if claim.derived_from:
+        ClaimDerivation.objects.bulk_create(
+            [ClaimDerivation(claim=claim, source_key=source) for source in claim.derived_from])
+    head.latest_version = claim.version
+    head.updated_at = now
+    if status in EFFECTIVE_STATUSES:
+        head.current = claim
+        head.live = status == ClaimStatus.ACTIVE
+        head.system, head.scope_version, head.task = claim.scope_system, claim.scope_version, claim.scope_task
+        head.sensitivity = claim.sensitivity
+        head.owner_id = claim.owner_id
+    head.save()
+    return claim
+
+
+def _decision_record(*, action: str, user, key, result: gate.GateResult, now: datetime,
+                     payload=None, claim: Claim | None = None) -> GateDecision:
+    return GateDecision.objects.create(
+        at=now, action=action, actor=actor_for(user), key=key if isinstance(key, str) else "",
+        outcome=result.outcome, reasons=result.reasons, pending_reasons=result.pending_reasons,
+        policy_version=result.policy_version, payload=payload if result.rejected else None,
+        claim_store_version=claim.store_version if claim else None,
+    )
+
+
+def _reject_recorded(exc: WriteGateRejected, *, action: str, user, key, now, payload):
+    """Record a rejection in its own transaction: the refused write itself rolled back."""
+    with transaction.atomic():
+        _decision_record(action=action, user=user, key=key, result=exc.result, now=now, payload=payload)
+
+
+# ---------------------------------------------------------------------------------------------
+# propose / refresh / accept
+
+def claim_propose(*, user, data: dict, now: datetime | None = None) -> Claim:
+    """Propose a claim through the write gate: a new active or pending version.
+
+    Raises ``WriteGateRejected`` (422, every reason) after recording the rejection; the
+    rejection is written in its own transaction because the refused write rolls back.
+    """
+    now = now or timezone.now()
+    try:
+        return _claim_propose(user=user, data=data, now=now)
+    except WriteGateRejected as exc:
+        _reject_recorded(exc, action="propose", user=user, key=data.get("key") if isinstance(data, dict) else "",
+                         now=now, payload=data)
+        raise
+
+
+@transaction.atomic
+def _claim_propose(*, user, data: dict, now: datetime) -> Claim:
+    key = data.get("key") if isinstance(data, dict) else None
+    head = _head_for_update(key, now) if isinstance(key, str) and key else None
+    result = gate.evaluate(data, _gate_context(user=user, now=now, head=head))
+    if result.rejected:
+        raise WriteGateRejected(result)
+    key = result.cleaned["key"]
+    owner_id = _resolve_owner_id(user=user, named=result.cleaned["owner"], key=key)
+    head = head or _head_for_update(key, now, create=True)
+    claim = _append(
+        head, status=result.outcome, fields=_content_fields(result.cleaned, owner_id=owner_id),
+        actor=actor_for(user), now=now, provenance={"action": "propose"},
+        pending_reasons=result.pending_reasons, policy_version=result.policy_version,
+    )
+    _decision_record(action="propose", user=user, key=key, result=result, now=now, claim=claim)
+    return claim
+
+
+def claim_refresh(*, user, key: str, data: dict, now: datetime | None = None) -> Claim:
+    """A new version of a live claim with new evidence and dates, through the write gate."""
+    now = now or timezone.now()
+    try:
+        return _claim_refresh(user=user, key=key, data=data, now=now)
+    except WriteGateRejected as exc:
+        _reject_recorded(exc, action="refresh", user=user, key=key, now=now, payload=data)
+        raise
+
+
+@transaction.atomic
+def _claim_refresh(*, user, key: str, data: dict, now: datetime) -> Claim:
+    head = _head_for_update(key, now)
+    if head is None or head.latest_version == 0 and not head.gc_status:
+        raise NotFound("claim_not_found", f"No claim with key {key!r}.")
+    current = head.current
+    if current is None or current.is_tombstone:
+        state = current.status if current else ("removed" if head.gc_status else "pending")
+        raise Conflict("claim_not_live", f"Only a live claim can be refreshed; {key!r} is {state}. "
+                       "Propose a new version instead.", status=state)
+    extra = sorted(set(data) - set(REFRESH_FIELDS))
+    proposal = {**_as_proposal(current), **{k: v for k, v in data.items() if k in REFRESH_FIELDS and k != "reason"}}
+    result = gate.evaluate(proposal, _gate_context(user=user, now=now, head=head))
+    unknown = [{"code": "unknown_field", "field": name,
+                "detail": f"A refresh may change {', '.join(REFRESH_FIELDS)}."} for name in extra]
+    if unknown:
+        result.reasons = unknown + result.reasons
+        result.outcome = "rejected"
+    if result.rejected:
+        raise WriteGateRejected(result)
+    owner_id = _resolve_owner_id(user=user, named=result.cleaned["owner"], key=key)
+    claim = _append(
+        head, status=result.outcome, fields=_content_fields(result.cleaned, owner_id=owner_id),
+        actor=actor_for(user), now=now, reason=str(data.get("reason") or ""),
+        provenance={"action": "refresh", "of_version": current.version, "of_store_version": current.store_version},
+        pending_reasons=result.pending_reasons, policy_version=result.policy_version,
+    )
+    _decision_record(action="refresh", user=user, key=key, result=result, now=now, claim=claim)
+    return claim
+
+
+def _may_accept(user, reason: str, owner_id: int | None) -> bool:
+    reviewers = gate.reviewers_for(reason)
+    if reviewers is None:  # revoked key: the claim's owner
+        return _may_act_as_claim_owner(user, owner_id)
+    return not is_agent(user) and has_role(user, *reviewers)
+
+
+@transaction.atomic
+def claim_accept(*, user, key: str, version: int | None = None, now: datetime | None = None) -> Claim:
+    """The pending version becomes active, as a new version with a new store_version."""
+    now = now or timezone.now()
+    head = _head_for_update(key, now)
+    if head is None or head.latest_version == 0:
+        raise NotFound("claim_not_found", f"No claim with key {key!r}.")
+    current_sv = head.current.store_version if head.current_id else (head.gc_store_version or 0)
+    pending = Claim.objects.filter(key=key, status=ClaimStatus.PENDING)
+    if version is not None:
+        chosen = Claim.objects.filter(key=key, version=version).first()
+        if chosen is None:
+            raise NotFound("version_not_found", f"{key!r} has no version {version}.")
+        if chosen.status != ClaimStatus.PENDING:
+            raise Conflict("not_pending", f"Version {version} of {key!r} is {chosen.status}, not pending.")
+    else:
+        chosen = pending.order_by("-version").first()
+        if chosen is None:
+            raise Conflict("nothing_pending", f"{key!r} has no pending version to accept.")
+    if chosen.store_version < current_sv:
+        raise Conflict("pending_superseded",
+                       f"Version {chosen.version} of {key!r} was proposed before the current value "
+                       f"(version {head.current.version if head.current_id else '?'}); accepting it would put an older "
+                       "value over a newer one. Propose it again.")
+    owner_id = _claim_owner_id(head) if head.current_id or head.gc_status else chosen.owner_id
+    refused = [r for r in chosen.pending_reasons if not _may_accept(user, r, owner_id)]
+    if refused:
+        raise Forbidden("not_allowed_to_accept", f"You may not accept this version: {', '.join(refused)}.",
+                        pending_reasons=chosen.pending_reasons, refused=refused)
+    return _append(
+        head, status=ClaimStatus.ACTIVE, fields=_copy_content(chosen), actor=actor_for(user), now=now,
+        provenance={"action": "accept", "of_version": chosen.version, "of_store_version": chosen.store_version,
+                    "cleared": chosen.pending_reasons, "proposed_by": chosen.actor},
+        policy_version=chosen.policy_version,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# tombstones
+
+def _tombstone(*, user, key: str, reason: str, status: str, now: datetime | None) -> Claim:
+    now = now or timezone.now()
+    if not isinstance(reason, str) or not reason.strip():
+        raise Invalid("reason_required", "Say why: a non-empty reason is required.")
+    head = _head_for_update(key, now)
+    if head is None or (head.latest_version == 0 and not head.gc_status):
+        raise NotFound("claim_not_found", f"No claim with key {key!r}.")
+    owner_id = _claim_owner_id(head)
+    if status == ClaimStatus.REVOKED and not _may_act_as_claim_owner(user, owner_id):
+        raise Forbidden("not_claim_owner", "Only the claim's owner may revoke it "
+                        "(any user with the owner role when it has no owner).")
+    current = head.current
+    if head.gc_status and current is None:
+        raise Conflict("claim_removed", f"{key!r} was deleted and its history garbage-collected.")
+    # Repeating a tombstone changes nothing (a retried request gets the same answer);
+    # a revoke is the stronger tombstone, so invalidating a revoked claim changes nothing either.
+    if current is not None and (current.status == status or current.status == ClaimStatus.REVOKED):
+        return current
+    base = current or _latest_version(key)
+    fields = {
+        "source_type": base.source_type, "scope_system": base.scope_system, "scope_version": base.scope_version,
+        "scope_task": base.scope_task, "confidence": base.confidence, "owner_id": base.owner_id,
+        "sensitivity": base.sensitivity,
+    }
+    provenance = {"action": "revoke" if status == ClaimStatus.REVOKED else "invalidate"}
+    if current is not None:
+        provenance.update(of_version=current.version, of_store_version=current.store_version)
+    tombstone = _append(head, status=status, fields=fields, actor=actor_for(user), now=now,
+                        provenance=provenance, reason=reason.strip())
+    derived = (Claim.objects.filter(derivations__source_key=key, head_of__live=True)
+               .values_list("key", flat=True).distinct())
+    ClaimReview.objects.bulk_create([
+        ClaimReview(key=k, source_key=key, source_store_version=tombstone.store_version,
+                    reason=f"derived_from_{status}", actor=tombstone.actor, created_at=now)
+        for k in sorted(derived)
+    ])
+    return tombstone
+
+
+@transaction.atomic
+def claim_invalidate(*, user, key: str, reason: str, now: datetime | None = None) -> Claim:
+    """Tombstone: the claim is wrong or no longer true. A later proposal with fresh sources is
+    a new version like any other. Claims derived from it are flagged for review."""
+    return _tombstone(user=user, key=key, reason=reason, status=ClaimStatus.INVALIDATED, now=now)
+
+
+@transaction.atomic
+def claim_revoke(*, user, key: str, reason: str, now: datetime | None = None) -> Claim:
+    """Tombstone by the claim's owner: later proposals for the key wait for the owner."""
+    return _tombstone(user=user, key=key, reason=reason, status=ClaimStatus.REVOKED, now=now)
+
+
+# ---------------------------------------------------------------------------------------------
+# reconcile
+
+def _entries_check(entries) -> None:
+    if not isinstance(entries, list):
+        raise Invalid("entries_invalid", "entries is a list of claim snapshots {key, store_version, ...}.")
+    errors, seen = [], set()
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            errors.append({"index": i, "code": "entry_invalid", "detail": "An entry is an object."})
+            continue
+        key, sv = entry.get("key"), entry.get("store_version")
+        if not isinstance(key, str) or not key:
+            errors.append({"index": i, "code": "key_missing", "detail": "An entry needs its key."})
+        elif key in seen:
+            errors.append({"index": i, "code": "duplicate_key", "detail": f"{key!r} appears twice."})
+        else:
+            seen.add(key)
+        if isinstance(sv, bool) or not isinstance(sv, int) or sv < 1:
+            errors.append({"index": i, "code": "store_version_invalid",
+                           "detail": "An entry names the store_version it was read at (an integer >= 1)."})
+    if errors:
+        raise Invalid("entries_invalid", "Some snapshot entries are malformed; nothing was reconciled.",
+                      errors=errors)
+
+
+@transaction.atomic
+def knowledge_reconcile(*, user, entries: list, checkpoint=None, version_boundary: int | None = None,
+                        now: datetime | None = None) -> dict:
+    """Merge a checkpoint's memory snapshot into the live store, tombstones included.
+
+    A live value always wins over the snapshot (``kept_live``), a tombstone always wins
+    (``kept_tombstone``, also once the GC removed the key's history); only keys that never
+    existed live are restored, as a new version through the write gate whose provenance names
+    the checkpoint (``restored``; ``rejected`` with reasons when the gate refuses it).
+    """
+    now = now or timezone.now()
+    _entries_check(entries)
+    if version_boundary is not None and (isinstance(version_boundary, bool) or not isinstance(version_boundary, int)):
+        raise Invalid("version_boundary_invalid", "version_boundary is an integer store version.")
+    heads = _heads_for_update([e["key"] for e in entries], now, create=True)
+    results, counts = [], {"restored": 0, "kept_live": 0, "kept_tombstone": 0, "rejected": 0}
+    for entry in entries:
+        key, snapshot_sv = entry["key"], entry["store_version"]
+        head = heads[key]
+        row = {"key": key, "snapshot_store_version": snapshot_sv}
+        if head.live:
+            outcome = "kept_live"
+            row.update(live_version=head.current.version, live_store_version=head.current.store_version)
+            if snapshot_sv > head.current.store_version:
+                # The snapshot claims to be newer than the store: the store lost writes. Still
+                # never overwrite; say so, so an operator can look.
+                row["snapshot_newer"] = True
+        elif head.ever_live:
+            outcome = "kept_tombstone"
+            row["tombstone_store_version"] = (head.current.store_version if head.current_id
+                                              else head.gc_store_version)
+        else:
+            proposal = {k: v for k, v in entry.items() if k not in SNAPSHOT_ONLY_FIELDS}
+            if isinstance(proposal.get("owner"), dict):
+                proposal["owner"] = proposal["owner"].get("username")
+            result = gate.evaluate(proposal, _gate_context(user=user, now=now, head=head))
+            if result.rejected:
+                outcome = "rejected"
+                row["reasons"] = result.reasons
+                _decision_record(action="restore", user=user, key=key, result=result, now=now, payload=entry)
+            else:
+                outcome = "restored"
+                owner_id = _resolve_owner_id(user=user, named=result.cleaned["owner"], key=key)
+                claim = _append(
+                    head, status=result.outcome, fields=_content_fields(result.cleaned, owner_id=owner_id),
+                    actor=actor_for(user), now=now, pending_reasons=result.pending_reasons,
+                    policy_version=result.policy_version,
+                    provenance={"action": "restore", "checkpoint": checkpoint,
+                                "snapshot_store_version": snapshot_sv, "version_boundary": version_boundary},
+                )
+                row.update(version=claim.version, store_version=claim.store_version, status=claim.status)
+                _decision_record(action="restore", user=user, key=key, result=result, now=now, claim=claim)
+        row["outcome"] = outcome
+        counts[outcome] += 1
+        results.append(row)
+    from knowledge.selectors import store_version
+
+    return {"results": results, "counts": counts, "store_version": store_version(), "checkpoint": checkpoint}
+
+
+# ---------------------------------------------------------------------------------------------
+# tombstone GC
+
+@transaction.atomic
+def tombstones_gc(*, now: datetime | None = None, limit: int = 1000) -> dict:
+    """Remove tombstones no restorable checkpoint can still contradict; report what went.
+
+    A tombstone goes only when every non-expired checkpoint's ``version_boundary`` is newer
+    than it, and only when it is its key's latest version. With it goes the key's older
+    history (removing the tombstone alone would resurrect the value below it). The head row
+    remains with ``gc_*`` set, so the key is still known to have existed: reconcile keeps it
+    deleted and version numbers are never reused.
+    """
+    from ledger import selectors as ledger_selectors
+
+    now = now or timezone.now()
+    boundary = ledger_selectors.oldest_live_version_boundary(now=now)
+    heads = (ClaimHead.objects.select_for_update(of=("self",), skip_locked=True).select_related("current")
+             .filter(current__status__in=TOMBSTONE_STATUSES, latest_version=F("current__version")))
+    if boundary is not None:
+        heads = heads.filter(current__store_version__lt=boundary)
+    removed = []
+    for head in heads.order_by("current__store_version")[:limit]:
+        tombstone = head.current
+        head.current, head.live = None, False
+        head.gc_status, head.gc_store_version, head.gc_at, head.updated_at = (
+            tombstone.status, tombstone.store_version, now, now)
+        head.save()
+        with pgtrigger.ignore("knowledge.Claim:append_only"):
+            deleted, _ = Claim.objects.filter(key=head.key, store_version__lte=tombstone.store_version).delete()
+        removed.append({"key": head.key, "status": tombstone.status, "version": tombstone.version,
+                        "store_version": tombstone.store_version, "rows_deleted": deleted})
+    return {"removed": removed, "count": len(removed), "oldest_live_boundary": boundary, "at": now.isoformat()}
+
+
+# ---------------------------------------------------------------------------------------------
+# citations (called by the ledger when an event's evidence cites claim:<key>[@<version>])
+
+def _parse_claim_uri(uri: str) -> tuple[str, int | None] | None:
+    if not isinstance(uri, str) or not uri.startswith("claim:"):
+        return None
+    ref = uri[len("claim:"):]
+    key, version = ref, None
+    if "@" in ref:
+        key, _, tail = ref.rpartition("@")
+        if not tail.isdigit():
+            return None
+        version = int(tail)
+    return (key, version) if key else None
+
+
+@transaction.atomic
+def claim_citations_record(*, event_id: int, run_id, actor: str, at: datetime, uris: list[str]) -> None:
+    """Record each ``claim:`` citation and whether the claim was a fact at ``at``.
+
+    Stale (past refresh_after), superseded (a newer version existed) or tombstoned at that
+    moment is counted as a stale claim cited as fact. A repeat for the same event is a no-op.
+    """
+    rows = []
+    for uri in dict.fromkeys(u for u in uris if isinstance(u, str)):
+        parsed = _parse_claim_uri(uri)
+        if parsed is None:
+            continue
+        key, cited_version = parsed
+        effective = (Claim.objects.filter(key=key, status__in=EFFECTIVE_STATUSES, created_at__lte=at)
+                     .order_by("-version").first())
+        if cited_version is None:
+            cited = effective
+        else:
+            cited = Claim.objects.filter(key=key, version=cited_version, created_at__lte=at).first()
+        row = ClaimCitation(event_id=event_id, run_id=str(run_id or ""), actor=actor, at=at, uri=uri[:400],
+                            key=key[:300], cited_version=cited_version)
+        gc_removed = ClaimHead.objects.filter(key=key, gc_at__isnull=False, current__isnull=True).exists()
+        if cited is None or cited.status == ClaimStatus.PENDING:
+            row.tombstoned = gc_removed
+        else:
+            row.found = True
+            row.tombstoned = cited.is_tombstone or (effective is not None and effective.is_tombstone)
+            row.superseded = (not row.tombstoned and effective is not None and effective.version > cited.version)
+            row.stale = (not row.tombstoned and cited.refresh_after is not None and at > cited.refresh_after)
+        rows.append(row)
+    ClaimCitation.objects.bulk_create(rows, ignore_conflicts=True)
+

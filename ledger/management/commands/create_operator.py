@@ -1,0 +1,23 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from ledger.identities import operator_create
+from stateboard.roles import HUMAN_ROLES
+
+
+class Command(BaseCommand):
+    help = "Create a human user in a role; with --token prints an API token alone on the last line."
+
+    def add_arguments(self, parser):
+        parser.add_argument("name")
+        parser.add_argument("--role", required=True, choices=HUMAN_ROLES)
+        parser.add_argument("--password", help="password for the pages (omit for API-only users)")
+        parser.add_argument("--token", action="store_true", help="also issue an API token")
+
+    def handle(self, *args, name, role, password=None, token=False, **options):
+        try:
+            _, key = operator_create(name=name, role=role, password=password, with_token=token)
+        except ValueError as exc:
+            raise CommandError(str(exc))
+        self.stderr.write(f"Operator {name!r} has role {role!r}.")
+        if key:
+            self.stdout.write(key)

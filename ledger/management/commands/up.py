@@ -1,0 +1,86 @@
+"""Run the whole product: migrate, seed demo data, then web + Celery worker + beat until Ctrl-C."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Migrate, seed demo data (unless --no-demo), start the web server, a Celery worker and beat."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--no-demo", action="store_true", help="do not seed demo users, workflows and runs")
+        parser.add_argument("--check", action="store_true", help="set everything up, start, answer /healthz, stop")
+
+    def handle(self, *args, port, host, no_demo, check, **options):
+        engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+        self.stdout.write(f"Database: {engine}; broker: {settings.CELERY_BROKER_URL.split('@')[-1]}")
+        self.stdout.write("Applying migrations…")
+        call_command("migrate", interactive=False, verbosity=0)
+        if not no_demo:
+            from ledger.demo import demo_seed
+
+            seeded = demo_seed()
+            if seeded:
+                self.stdout.write(self.style.SUCCESS(
+                    f"Demo data seeded. Sign in as {', '.join(seeded['users'])} with password "
+                    f"{seeded['password']!r}. Agent 'demo-agent' token: {seeded['agent_token']}"))
+            else:
+                self.stdout.write("Demo data already present.")
+        from ledger.schedules import periodic_tasks_ensure
+
+        periodic_tasks_ensure()
+        env = dict(os.environ)
+        if not os.environ.get("DATABASE_URL") and "SECURE_COOKIES" not in os.environ:
+            env["SECURE_COOKIES"] = "0"  # the embedded demo is served over plain http on localhost
+        python = sys.executable
+        bind = f"{host}:{port}"
+        processes = {
+            "web": [python, "-m", "gunicorn", "stateboard.wsgi", "--bind", bind, "--workers", "2",
+                    "--access-logfile", "-"],
+            "worker": [python, "-m", "celery", "-A", "stateboard", "worker", "--pool", "solo", "--loglevel", "INFO"],
+            "beat": [python, "-m", "celery", "-A", "stateboard", "beat", "--loglevel", "INFO",
+                     "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
+        }
+        children = {name: subprocess.Popen(cmd, env=env, cwd=settings.BASE_DIR) for name, cmd in processes.items()}
+        self.stdout.write(self.style.SUCCESS(f"Stateboard is up: http://{bind}/  (API docs: http://{bind}/api/v1/docs/)"))
+        try:
+            if check:
+                self._wait_healthy(bind)
+                return
+            while all(child.poll() is None for child in children.values()):
+                time.sleep(1)
+            dead = [name for name, child in children.items() if child.poll() is not None]
+            self.stderr.write(f"Stopped because {', '.join(dead)} exited.")
+        except KeyboardInterrupt:
+            self.stdout.write("Stopping…")
+        finally:
+            for child in children.values():
+                if child.poll() is None:
+                    child.send_signal(signal.SIGTERM)
+            for child in children.values():
+                try:
+                    child.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+
+    def _wait_healthy(self, bind):
+        import urllib.request
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://{bind}/healthz", timeout=3) as response:
+                    self.stdout.write(f"/healthz answered {response.status}: {response.read().decode()}")
+                    return
+            except OSError:
+                time.sleep(1)
+        raise SystemExit("The web server did not answer /healthz within 60 s.")
