@@ -149,7 +149,7 @@ class ClaimDetailApi(APIView):
             "current": (_claim_data(current, now=now, needs_review=bool(detail["reviews"]))
                         if current is not None else None),
             "history": [_claim_data(v, now=now, is_current=current is not None and v.pk == current.pk,
-                                    needs_review=bool(detail["reviews"]))
+                                    needs_review=current is not None and v.pk == current.pk and bool(detail["reviews"]))
                         for v in detail["versions"]],
             "pending": [{"version": v.version, "store_version": v.store_version, "actor": v.actor,
                          "pending_reasons": v.pending_reasons} for v in detail["pending"]],

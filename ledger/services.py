@@ -948,7 +948,7 @@ def _decide_escalation(approval: Approval, *, approve: bool, user, reason: str) 
 @transaction.atomic
 def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Approval:
     """Approve or reject once. Repeating the same decision changes nothing; a conflicting one is 409."""
-    from stateboard.roles import EDITOR, ONCALL, acting_role, actor_for, has_role
+    from stateboard.roles import EDITOR, ONCALL, acting_role, actor_for, has_role, is_agent
 
     try:
         run_id = Approval.objects.values_list("run_id", flat=True).get(id=approval_id)
@@ -960,6 +960,8 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Ap
     allowed = {ONCALL} if approval.kind == Approval.Kind.ESCALATION else {EDITOR}
     role = acting_role(user, allowed)
 
+    if is_agent(user):  # agents propose, people decide: an agent identity holding a human role too
+        raise Forbidden("permission_denied", "Agents never decide approvals.")
     if not has_role(user, *allowed):
         raise Forbidden("permission_denied", f"Only {'/'.join(sorted(allowed))} may decide {approval.kind} approvals.")
     wanted = "approved" if approve else "rejected"
@@ -1015,9 +1017,9 @@ def _close_escalation(run: Run, *, status: str, actor: str, role: str, reason: s
 
 
 def _oncall(user) -> tuple[str, str]:
-    from stateboard.roles import ONCALL, acting_role, actor_for, has_role
+    from stateboard.roles import ONCALL, acting_role, actor_for, has_role, is_agent
 
-    if not has_role(user, ONCALL):
+    if is_agent(user) or not has_role(user, ONCALL):
         raise Forbidden("permission_denied", "Only on-call may retry, compensate or abandon runs.")
     return actor_for(user), acting_role(user, {ONCALL})
 

@@ -1,2 +1,17 @@
+from django.urls import path
+
+from ledger import views
+
 app_name = "ledger"
-urlpatterns = []
+urlpatterns = [
+    path("runs/", views.run_list, name="run_list"),
+    path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
+    path("approvals/", views.approval_list, name="approval_list"),
+    path("approvals/<uuid:approval_id>/approve/", views.approval_approve, name="approval_approve"),
+    path("approvals/<uuid:approval_id>/reject/", views.approval_reject, name="approval_reject"),
+    path("oncall/", views.oncall, name="oncall"),
+    path("oncall/bulk/", views.oncall_bulk, name="oncall_bulk"),
+    path("oncall/runs/<uuid:run_id>/retry/", views.run_retry, name="run_retry"),
+    path("oncall/runs/<uuid:run_id>/compensate/", views.run_compensate, name="run_compensate"),
+    path("oncall/runs/<uuid:run_id>/abandon/", views.run_abandon, name="run_abandon"),
+]

@@ -56,6 +56,17 @@ def prometheus_metrics(request):
 @require_GET
 @login_required
 def dashboard(request):
+    """Home: runs by state, the pending approvals, the latest runs."""
     from ledger import selectors
+    from ledger.models import TERMINAL_STATES, RunState
 
-    return render(request, "dashboard.html", selectors.dashboard_summary(user=request.user))
+    summary = selectors.dashboard_summary(user=request.user)
+    counts = summary["state_counts"]
+    state_counts = [{"state": s, "n": counts.get(s, 0), "terminal": s in TERMINAL_STATES} for s in RunState.values]
+    context = {
+        **summary,
+        "state_counts": state_counts,
+        "total_runs": sum(counts.values()),
+        "pending_list": list(selectors.approvals_pending(user=request.user)[:10]),
+    }
+    return render(request, "dashboard.html", context)

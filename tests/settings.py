@@ -12,3 +12,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 SESSION_COOKIE_SECURE = False
 CSRF_COOKIE_SECURE = False
+
+# One test database per pytest process, so parallel runs on one machine never clobber each other.
+DATABASES["default"]["TEST"] = {"NAME": f"test_stateboard_{os.getpid()}"}  # noqa: F405

@@ -1,0 +1,85 @@
+"""Builders for knowledge tests: valid proposals, verified ledger events, people and agents."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tests.factories import client_for, make_agent, make_operator, make_workflow, unique
+
+
+def iso(moment) -> str:
+    return moment.isoformat()
+
+
+def proposal(**overrides) -> dict:
+    """A proposal the write gate accepts as active; override fields to break it."""
+    now = timezone.now()
+    data = {
+        "key": unique("billing.api/timeout"),
+        "statement": "The billing API times out after 30 s.",
+        "source_refs": ["https://docs.example.com/billing#timeouts"],
+        "source_type": "official-doc",
+        "scope": {"system": "billing", "version": "2.1", "task": "triage"},
+        "confidence": "reported",
+        "observed_at": iso(now - timedelta(hours=1)),
+        "refresh_after": iso(now + timedelta(days=20)),
+    }
+    data.update(overrides)
+    return {k: v for k, v in data.items() if v is not ...}
+
+
+def make_ledger_event(kind: str = "verified") -> int:
+    """Insert a minimal run and one ledger event of ``kind``; returns the event id."""
+    from ledger.models import LedgerEvent, Run
+
+    now = timezone.now()
+    run = Run.objects.create(
+        workflow=make_workflow(), intent="post", trigger_key=unique("tk"), inputs={},
+        input_fingerprint="f" * 64, policy_version="1", created_at=now, updated_at=now,
+    )
+    event = LedgerEvent.objects.create(
+        run=run, seq=1, at=now, kind=kind, stage="verify", actor="agent:test",
+        input_fingerprint="f" * 64, policy_version="1", hash="a" * 64,
+    )
+    return event.id
+
+
+class Actor:
+    """A user with a token and an API client."""
+
+    def __init__(self, user, token):
+        self.user, self.token = user, token
+        self.client = client_for(token)
+
+
+@pytest.fixture
+def owner():
+    return Actor(*make_operator("owner"))
+
+
+@pytest.fixture
+def other_owner():
+    return Actor(*make_operator("owner"))
+
+
+@pytest.fixture
+def editor():
+    return Actor(*make_operator("editor"))
+
+
+@pytest.fixture
+def viewer():
+    return Actor(*make_operator("viewer"))
+
+
+@pytest.fixture
+def agent(owner):
+    """An agent owned by the ``owner`` fixture."""
+    return Actor(*make_agent(owner=owner.user))
+
+
+@pytest.fixture
+def lone_agent():
+    """An agent with no owning user."""
+    return Actor(*make_agent())

@@ -1,0 +1,161 @@
+"""Role × endpoint matrix, generated from the URL conf: every API view under /api/v1/ (ledger,
+knowledge and whatever comes next) must state a rule for every method it implements, and the
+rule must hold for real tokens of every role."""
+
+import uuid
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+from rest_framework.views import APIView
+
+from stateboard.roles import PUBLIC, RolePermission
+from tests.factories import client_for, make_agent, make_operator, make_workflow
+from tests.ledger.helpers import AgentDriver
+
+pytestmark = pytest.mark.django_db
+
+API_PREFIX = "api/v1/"
+ROLES = ("viewer", "editor", "owner", "oncall", "agent", "anonymous")
+# Views that deliberately sit outside RolePermission (the OpenAPI schema and its docs are public).
+PUBLIC_VIEWS = {"drf_spectacular.views.SpectacularAPIView", "drf_spectacular.views.SpectacularSwaggerView"}
+SKIPPED_METHODS = {"options", "head"}
+
+
+def _walk(patterns, prefix=""):
+    for entry in patterns:
+        if isinstance(entry, URLResolver):
+            yield from _walk(entry.url_patterns, prefix + str(entry.pattern))
+        elif isinstance(entry, URLPattern):
+            yield prefix + str(entry.pattern), entry
+
+
+def _view_class(pattern: URLPattern):
+    return getattr(pattern.callback, "cls", None) or getattr(pattern.callback, "view_class", None)
+
+
+def _qualname(cls) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}" if cls else "<function view>"
+
+
+def api_endpoints():
+    """(route, pattern, view class) for every URL under /api/v1/."""
+    return [(route, pattern, _view_class(pattern))
+            for route, pattern in _walk(get_resolver().url_patterns) if route.startswith(API_PREFIX)]
+
+
+def implemented_methods(cls) -> list[str]:
+    return [m.upper() for m in cls.http_method_names if m not in SKIPPED_METHODS and hasattr(cls, m)]
+
+
+def role_endpoints():
+    """(route, method, view class) for every method of every role-checked API view."""
+    cases = []
+    for route, pattern, cls in api_endpoints():
+        if cls is None or _qualname(cls) in PUBLIC_VIEWS:
+            continue
+        for method in implemented_methods(cls):
+            cases.append((route, method, cls))
+    return cases
+
+
+def _param(name: str, objects: dict) -> str:
+    return objects.get(name) or f"missing-{name}"
+
+
+def _url(route: str, pattern: URLPattern, objects: dict) -> str:
+    url = "/" + route
+    for name in pattern.pattern.converters:
+        start = url.index("<")
+        end = url.index(">", start)
+        assert url[start + 1:end].split(":")[-1] == name, (route, name)
+        url = url[:start] + _param(name, objects) + url[end + 1:]
+    return url
+
+
+def _pattern_for(route: str) -> URLPattern:
+    return next(p for r, p, _ in api_endpoints() if r == route)
+
+
+@pytest.fixture
+def clients():
+    """Real tokens from the factories: one identity per role, plus an anonymous client."""
+    tokens = {role: make_operator(role)[1] for role in ("viewer", "editor", "owner", "oncall")}
+    tokens["agent"] = make_agent()[1]
+    tokens["anonymous"] = None
+    return {role: client_for(token) for role, token in tokens.items()}
+
+
+@pytest.fixture
+def objects(clients):
+    """Real objects for the path parameters (a run, its workflow); approvals use an unknown id,
+    because which editor/on-call may decide depends on the approval's kind (tested in ledger/)."""
+    workflow = make_workflow(approval_stages=[])
+    run = AgentDriver(clients["agent"], workflow.slug).trigger()
+    return {"slug": workflow.slug, "run_id": run["id"], "approval_id": str(uuid.uuid4())}
+
+
+def test_roles_matrix_covers_every_api_route():
+    """The generated matrix holds every non-public route of both apps, the known ledger ones included."""
+    routes = {route for route, _, _ in role_endpoints()}
+    for expected in ("api/v1/runs/", "api/v1/approvals/<str:approval_id>/approve/",
+                     "api/v1/runs/<str:run_id>/retry/", "api/v1/workflows/<slug:slug>/"):
+        assert expected in routes
+    non_public = {route for route, _, cls in api_endpoints() if _qualname(cls) not in PUBLIC_VIEWS}
+    assert routes == non_public
+
+
+def test_roles_matrix_every_api_method_has_a_rule():
+    """Every API view is role-checked and names a rule for each method it implements."""
+    missing = []
+    for route, pattern, cls in api_endpoints():
+        if cls is None or not issubclass(cls, APIView):
+            missing.append(f"/{route}: not a DRF view ({pattern.callback!r}), so it has no role rule")
+            continue
+        if _qualname(cls) in PUBLIC_VIEWS:
+            continue
+        if RolePermission not in cls.permission_classes:
+            missing.append(f"/{route}: {_qualname(cls)} does not use RolePermission")
+        rules = getattr(cls, "roles", None) or {}
+        for method in implemented_methods(cls):
+            if rules.get(method) is None:
+                missing.append(f"{method} /{route}: {_qualname(cls)}.roles has no rule")
+    assert not missing, "\n".join(missing)
+
+
+def _expected(rule, role: str) -> str:
+    if rule == PUBLIC:
+        return "allowed"
+    if role == "anonymous":
+        return "401"
+    return "allowed" if role in rule else "403"
+
+
+@pytest.mark.parametrize(("route", "method", "view_class"), role_endpoints(),
+                         ids=[f"{m} /{r}" for r, m, _ in role_endpoints()])
+def test_roles_matrix_endpoint_answers_by_role(route, method, view_class, clients, objects):
+    """Each role is refused (401 anonymous, 403 not in the rule) or let through (any non-auth answer)."""
+    rule = (getattr(view_class, "roles", None) or {}).get(method)
+    assert rule is not None, f"{method} /{route} has no rule"
+    url = _url(route, _pattern_for(route), objects)
+    outcomes = {}
+    for role in ROLES:
+        client = clients[role]
+        call = getattr(client, method.lower())
+        response = call(url, {}, format="json") if method in ("POST", "PUT", "PATCH") else call(url)
+        expected = _expected(rule, role)
+        outcomes[role] = (expected, response.status_code)
+        if expected == "allowed":
+            assert response.status_code not in (401, 403), (method, url, role, response.content)
+            assert response.status_code < 500, (method, url, role, response.content)
+        else:
+            assert response.status_code == int(expected), (method, url, role, response.content)
+            assert response.json()["code"] in ("not_authenticated", "permission_denied"), response.content
+    # At least one human or machine role may use every endpoint.
+    assert any(expected == "allowed" for expected, _ in outcomes.values()), outcomes
+
+
+@pytest.mark.parametrize("route", [r for r, _, cls in api_endpoints() if _qualname(cls) in PUBLIC_VIEWS])
+def test_roles_matrix_public_views_answer_anonymous(route):
+    """The schema and docs are public: anonymous gets them."""
+    response = client_for(None).get("/" + route)
+    assert response.status_code == 200
