@@ -1,5 +1,7 @@
 """The agent-facing REST API of the ledger (see shared/API.md). Views are thin: validate → service → serialize."""
 
+import uuid
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils.dateparse import parse_datetime
@@ -126,8 +128,16 @@ class AuditedAction:
 
     audit_action = ""
 
+    @staticmethod
+    def audit_uuid(value):
+        """A path id as a UUID, or None when malformed (the refusal is still recorded, never a 500)."""
+        try:
+            return uuid.UUID(str(value)) if value else None
+        except (ValueError, TypeError, AttributeError):
+            return None
+
     def audit_run_id(self, kwargs):
-        return kwargs.get("run_id")
+        return self.audit_uuid(kwargs.get("run_id"))
 
     def permission_denied(self, request, message=None, code=None):
         if request.user and request.user.is_authenticated:
@@ -140,8 +150,9 @@ class AuditedAction:
         try:
             with transaction.atomic():
                 services.audit_record(user=request.user, action=self.audit_action, outcome="refused",
-                                      run_id=run_id if Run.objects.filter(id=run_id).exists() else None,
-                                      target=str(self.kwargs.get("approval_id", run_id or "")), code=code,
+                                      run_id=run_id if run_id and Run.objects.filter(id=run_id).exists() else None,
+                                      target=str(self.kwargs.get("approval_id", self.kwargs.get("run_id", "")))[:200],
+                                      code=code,
                                       reason=str(reason)[:1000])
         except (ValueError, TypeError):
             pass
@@ -413,7 +424,10 @@ class _ApprovalDecisionApi(AuditedAction, APIView):
     approve = True
 
     def audit_run_id(self, kwargs):
-        return Approval.objects.filter(id=kwargs.get("approval_id")).values_list("run_id", flat=True).first()
+        approval_id = self.audit_uuid(kwargs.get("approval_id"))
+        if approval_id is None:
+            return None
+        return Approval.objects.filter(id=approval_id).values_list("run_id", flat=True).first()
 
     @extend_schema(request=ReasonInputSerializer, responses=ApprovalOutputSerializer)
     def post(self, request, approval_id):

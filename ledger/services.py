@@ -1131,8 +1131,14 @@ def _on_compensated(app: _Append, event: LedgerEvent) -> None:
     action = app.body.get("action")
     if action is None:
         raise Invalid("action_required", "The compensated event must carry the approved action object.")
-    if digest(action) != permit.action_digest or now > permit.deadline:
-        raise Conflict("approval_void", "The approval does not cover this compensation; request a fresh one.")
+    reasons = [reason for reason, void in (
+        ("action_changed", digest(action) != permit.action_digest),
+        ("policy_changed", permit.policy_version != run.workflow.policy_version),
+        ("inputs_changed", permit.input_fingerprint != run.input_fingerprint),
+        ("deadline_passed", now > permit.deadline)) if void]
+    if reasons:
+        raise Conflict("approval_void", "The approval does not cover this compensation: " + ", ".join(reasons)
+                       + ". Request a fresh one.", reasons=reasons, approval=str(permit.id))
     if not any(isinstance(e, dict) and e.get("uri") and e.get("observed_at") for e in event.evidence):
         raise Invalid("evidence_required", "'compensated' needs evidence that the undo was verified (uri, observed_at).")
     permit.consumed_at, permit.consumed_seq = now, event.seq

@@ -30,11 +30,17 @@ RUNS_PER_PAGE = 50
 
 def _refused(request, *, message: str, status: int, redirect_to: str, action: str, code: str,
              run_id=None, target: str = "", reason: str = "") -> HttpResponse:
-    """Record a refused human action, then tell the user: text + status for htmx, a message otherwise."""
+    """Record a refused human action, then tell the user.
+
+    htmx: the message as text with its status (app.js shows it). Without JS: a message and a redirect
+    back, except a missing role, which is a 403 page (the page never offered that button).
+    """
     services.audit_record(user=request.user, action=action, outcome="refused", run_id=run_id,
                           target=target, code=code, reason=reason[:1000])
     if request.htmx:
         return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+    if status == 403:
+        return render(request, "refused.html", {"message": message, "back": redirect_to}, status=403)
     messages.error(request, message)
     return redirect(redirect_to)
 

@@ -2,7 +2,7 @@
 
 import os
 
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/stateboard")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("DB_POOL", "0")
 

@@ -30,22 +30,40 @@ def awaiting_approval_run(agent: AgentDriver, intent: str, action=None) -> tuple
     return agent.run(run["id"]), response.json()
 
 
-def escalated_run(agent: AgentDriver, intent: str) -> dict:
-    """With max_retries=1: a run that failed after a checkpoint makes the next trigger escalate."""
-    first = agent.trigger(intent=intent, inputs={"intent": intent})
-    agent.pass_stage(first["id"], "build")
-    agent.event(first["id"], "deploy", "started", action=ACTION) if False else None
-    return first
+def escalation_workflow(**fields):
+    """build → test, no effects, one failed run since progress exhausts the retry budget."""
+    fields.setdefault("stages", ["build", "test"])
+    fields.setdefault("effect_stages", [])
+    fields.setdefault("approval_stages", [])
+    fields.setdefault("max_retries", 1)
+    return make_workflow(**fields)
 
 
-def completed_run(agent: AgentDriver, intent: str, approve_with=None) -> dict:
-    """A run through every stage with evidence (no approval stages in its workflow)."""
+def failed_run(agent: AgentDriver, intent: str) -> dict:
+    """A run that checkpointed ``build`` and then failed ``test``."""
     run = agent.trigger(intent=intent, inputs={"intent": intent})
-    workflow_stages = agent.client.get(f"/api/v1/workflows/{agent.workflow}/").json()
-    for stage in workflow_stages["stages"]:
-        agent.pass_stage(run["id"], stage, effect_stage=stage in workflow_stages["effect_stages"])
+    agent.pass_stage(run["id"], "build")
+    agent.event(run["id"], "test", "started")
+    agent.event(run["id"], "test", "failed", reason_code="tests_red",
+                evidence=[{**EVIDENCE[0], "excerpt": "3 tests failed"}])
+    return agent.run(run["id"])
+
+
+def escalated_run(agent: AgentDriver, intent: str) -> tuple[dict, dict]:
+    """(failed run, escalated run): the re-trigger after a failure escalates (retry budget exhausted)."""
+    failed = failed_run(agent, intent)
+    escalated = agent.trigger(intent=intent, inputs={"intent": intent})
+    assert escalated["state"] == "escalated", escalated
+    return failed, escalated
+
+
+def completed_run(agent: AgentDriver, workflow, intent: str) -> dict:
+    """A run through every stage of a workflow without approval stages, effects verified with evidence."""
+    run = agent.trigger(intent=intent, inputs={"intent": intent})
+    for stage in workflow.stages:
+        agent.pass_stage(run["id"], stage, effect_stage=stage in workflow.effect_stages)
     return agent.run(run["id"])
 
 
 __all__ = ["ACTION", "EVIDENCE", "agent_driver", "approval_workflow", "awaiting_approval_run",
-           "completed_run", "escalated_run"]
+           "completed_run", "escalated_run", "escalation_workflow", "failed_run"]

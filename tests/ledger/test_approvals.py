@@ -382,6 +382,22 @@ def test_audit_refused_viewer_approval_recorded():
 
 
 @pytest.mark.django_db
+def test_audit_refusal_with_malformed_ids_recorded_without_error():
+    """Refusals on malformed approval/run ids answer 403/404 (never 500) and are still audited."""
+    crew = Crew()
+    viewer = crew.as_(crew.viewer_token).post("/api/v1/approvals/not-a-uuid/approve/", {}, format="json")
+    assert viewer.status_code == 403
+    oncall = crew.as_(crew.oncall_token).post("/api/v1/runs/not-a-uuid/retry/", {"reason": "x"}, format="json")
+    assert oncall.status_code == 404 and oncall.json()["code"] == "run_not_found"
+    entries = {e.action: e for e in AuditEntry.objects.all()}
+    assert set(entries) == {"approve", "retry"}
+    assert (entries["approve"].code, entries["approve"].target, entries["approve"].run_id) == (
+        "permission_denied", "not-a-uuid", None)
+    assert (entries["retry"].code, entries["retry"].outcome, entries["retry"].run_id) == (
+        "run_not_found", "refused", None)
+
+
+@pytest.mark.django_db
 def test_audit_decisions_are_ledger_events_naming_user_role_reason():
     """Approve and reject are ledger events by user:<name>, with the role acted in and the reason."""
     crew = Crew()

@@ -203,6 +203,23 @@ def test_compensate_needs_approved_compensation_and_ends_compensated():
     assert _events(run_id).last().data["to"] == "compensated"
 
 
+def test_compensation_permit_void_after_policy_bump():
+    """An approved compensation is a permit too: a policy bump voids it (409 approval_void), nothing changes."""
+    team = OnCall()
+    run_id = team.in_compensate()
+    proposal = team.act(run_id, "compensate").json()["approval"]
+    assert team.editor_client.post(f"/api/v1/approvals/{proposal['id']}/approve/", {}, format="json").status_code == 200
+    owner_token = make_operator("owner")[1]
+    bumped = client_for(owner_token).patch(f"/api/v1/workflows/{team.wf.slug}/", {"policy_version": "2"}, format="json")
+    assert bumped.status_code == 200
+    before = _events(run_id).count()
+    refused = team.compensated_event(run_id, expect=409, action=proposal["action"], evidence=EVIDENCE)
+    assert refused["code"] == "approval_void" and refused["reasons"] == ["policy_changed"]
+    assert _events(run_id).count() == before and Run.objects.get(id=run_id).state == "compensate"
+    assert Approval.objects.get(id=proposal["id"]).consumed_at is None
+    assert Effect.objects.get(run_id=run_id).status == "effective"
+
+
 def test_escalated_run_compensate_ends_compensated():
     """A rejected compensation escalates the run; on-call proposes again from escalated; approved → compensated."""
     team = OnCall()

@@ -87,6 +87,9 @@ class World:
         if run.state == "execute":
             stage = run.current_stage
             if fail:
+                if stage in self.workflow.effect_stages:
+                    # An honest agent reports `failed` only when the attempt had no effect in the world.
+                    self.executions[run.stage_states[stage]["effect_key"]] -= 1
                 self.append(stage, "failed", reason_code="boom")
             elif stage in self.workflow.effect_stages:
                 if timeout:
@@ -107,11 +110,9 @@ class World:
             assert exc.code == "effect_exists", exc.as_dict()
             return  # the agent verifies instead of re-executing; the next trigger decides
         if stage in self.workflow.effect_stages:
-            if not crash_before_report:
-                self.executions[event.idempotency_key] += 1
-            else:
-                self.executions[event.idempotency_key] += 1  # it happened, then the agent died
-                self.crash()
+            self.executions[event.idempotency_key] += 1
+            if crash_before_report:
+                self.crash()  # it happened, then the agent died before reporting
 
     def crash(self):
         if self.run is not None:
@@ -119,7 +120,7 @@ class World:
             self.run = None
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(st.lists(ACTIONS, min_size=5, max_size=40))
 def test_random_histories_never_execute_an_effect_twice(actions):

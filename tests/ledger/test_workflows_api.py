@@ -1,0 +1,82 @@
+"""Workflow definitions: owners write, everyone reads, policy bumps are audited and void old work."""
+
+import pytest
+
+from ledger.models import AuditEntry, Workflow
+from tests.factories import client_for, make_agent, make_operator, make_workflow
+from tests.ledger.helpers import AgentDriver
+
+pytestmark = pytest.mark.django_db
+
+
+def test_owner_creates_a_workflow_with_defaults():
+    _, token = make_operator("owner")
+    response = client_for(token).post("/api/v1/workflows/", {"slug": "daily", "title": "Daily"}, format="json")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["stages"][0] == "discovery" and body["effect_stages"] == ["commit", "push", "deploy"]
+    assert (body["max_retries"], body["lease_seconds"], body["checkpoint_ttl_seconds"]) == (3, 600, 86400)
+    again = client_for(token).post("/api/v1/workflows/", {"slug": "daily"}, format="json")
+    assert again.status_code == 409 and again.json()["code"] == "workflow_exists"
+
+
+@pytest.mark.parametrize("body", [
+    {"slug": "x", "stages": ["a", "a"]},
+    {"slug": "x", "stages": ["a", "b"], "effect_stages": ["c"]},
+    {"slug": "x", "schedule": "every day"},
+    {"slug": "bad slug!"},
+])
+def test_invalid_workflows_are_refused(body):
+    _, token = make_operator("owner")
+    response = client_for(token).post("/api/v1/workflows/", body, format="json")
+    assert response.status_code == 422 and response.json()["code"] == "validation_error"
+    assert not Workflow.objects.filter(slug="x").exists()
+
+
+def test_policy_bump_is_audited_and_makes_the_next_run_fresh():
+    wf = make_workflow(approval_stages=[])
+    _, owner_token = make_operator("owner")
+    _, agent_token = make_agent()
+    driver = AgentDriver(client_for(agent_token), wf.slug)
+    run = driver.trigger(intent="p")
+    driver.pass_stage(run["id"], "discovery")
+    driver.event(run["id"], "assessment", "started")
+    driver.event(run["id"], "assessment", "failed")
+    response = client_for(owner_token).patch(f"/api/v1/workflows/{wf.slug}/",
+                                             {"policy_version": "2", "reason": "new review rules"}, format="json")
+    assert response.status_code == 200 and response.json()["policy_version"] == "2"
+    entry = AuditEntry.objects.get(action="policy_bump")
+    assert entry.data == {"from": "1", "to": "2"} and entry.reason == "new review rules"
+    nxt = driver.trigger(intent="p")
+    assert (nxt["decision"]["outcome"], nxt["decision"]["reason_code"]) == ("fresh", "policy_changed")
+    assert nxt["input_fingerprint"] != run["input_fingerprint"]
+
+
+def test_agents_and_editors_cannot_change_workflows():
+    wf = make_workflow()
+    for token in (make_agent()[1], make_operator("editor")[1]):
+        response = client_for(token).patch(f"/api/v1/workflows/{wf.slug}/", {"policy_version": "9"}, format="json")
+        assert response.status_code == 403
+    assert Workflow.objects.get(id=wf.id).policy_version == "1"
+
+
+def test_fingerprint_ignores_key_order():
+    from ledger.services import input_fingerprint
+
+    a = input_fingerprint(workflow_slug="w", intent="i", inputs={"a": 1, "b": {"c": 2, "d": 3}}, policy_version="1")
+    b = input_fingerprint(workflow_slug="w", intent="i", inputs={"b": {"d": 3, "c": 2}, "a": 1}, policy_version="1")
+    c = input_fingerprint(workflow_slug="w", intent="i", inputs={"a": 1, "b": {"c": 2, "d": 4}}, policy_version="1")
+    assert a == b != c
+
+
+def test_runs_list_is_newest_first_and_filters():
+    wf = make_workflow()
+    _, token = make_agent()
+    driver = AgentDriver(client_for(token), wf.slug)
+    ids = [driver.trigger(intent=f"i{n}")["id"] for n in range(3)]
+    listing = driver.client.get("/api/v1/runs/", {"workflow": wf.slug}).json()
+    assert [r["id"] for r in listing["results"]] == ids[::-1] and "next" in listing
+    only = driver.client.get("/api/v1/runs/", {"intent": "i1"}).json()["results"]
+    assert [r["id"] for r in only] == [ids[1]]
+    events = driver.client.get(f"/api/v1/runs/{ids[0]}/events/", {"page_size": 2}).json()
+    assert [e["seq"] for e in events["results"]] == [1, 2] and events["next"]

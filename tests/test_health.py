@@ -1,0 +1,37 @@
+"""/healthz and /metrics, outside the API prefix."""
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+
+def test_healthz_reports_database_and_broker(client):
+    """Public, against the real PostgreSQL and Redis."""
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok", "broker": "ok"}
+
+
+def test_healthz_is_503_when_the_broker_is_unreachable(client):
+    from stateboard.celery import app
+
+    original = app.conf.broker_url
+    app.conf.broker_url = "redis://127.0.0.1:1/0"
+    try:
+        response = client.get("/healthz")
+    finally:
+        app.conf.broker_url = original
+    assert response.status_code == 503
+    assert response.json()["code"] == "unhealthy" and response.json()["database"] == "ok"
+
+
+def test_prometheus_metrics_are_text(client):
+    response = client.get("/metrics")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
+    assert "stateboard_open_approvals" in response.content.decode()
+
+
+def test_openapi_schema_and_docs_are_public(client):
+    schema = client.get("/api/v1/schema/")
+    assert schema.status_code == 200 and b"/api/v1/runs/{run_id}/events/" in schema.content
+    assert client.get("/api/v1/docs/").status_code == 200
