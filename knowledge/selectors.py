@@ -169,16 +169,18 @@ def knowledge_metrics(*, since: datetime | None = None, now: datetime | None = N
         pending=Count("id", filter=Q(outcome=GateDecision.Outcome.PENDING)),
         accepted=Count("id", filter=Q(outcome=GateDecision.Outcome.ACTIVE)),
     )
-    cited = citations.aggregate(
-        total=Count("id"),
-        not_fact=Count("id", filter=Q(stale=True) | Q(tombstoned=True) | Q(superseded=True)),
-        stale=Count("id", filter=Q(stale=True)),
-        tombstoned=Count("id", filter=Q(tombstoned=True)),
-        superseded=Count("id", filter=Q(superseded=True)),
-        unknown=Count("id", filter=Q(found=False, tombstoned=False)),
+    counted = citations.aggregate(
+        n_total=Count("id"),
+        n_not_fact=Count("id", filter=Q(stale=True) | Q(tombstoned=True) | Q(superseded=True)),
+        n_stale=Count("id", filter=Q(stale=True)),
+        n_tombstoned=Count("id", filter=Q(tombstoned=True)),
+        n_superseded=Count("id", filter=Q(superseded=True)),
+        n_unknown=Count("id", filter=Q(found=False, tombstoned=False)),
     )
-    live = ClaimHead.objects.filter(live=True).aggregate(
-        live=Count("id"), stale=Count("id", filter=Q(current__refresh_after__lte=now)))
+    cited = {name[2:]: value for name, value in counted.items()}
+    heads = ClaimHead.objects.filter(live=True).aggregate(
+        n_live=Count("id"), n_stale=Count("id", filter=Q(current__refresh_after__lte=now)))
+    live = {"live": heads["n_live"], "stale": heads["n_stale"]}
     return {
         "write_gate_rejection_rate": gate["rejected"] / gate["evaluated"] if gate["evaluated"] else None,
         "stale_claim_as_fact_rate": cited["not_fact"] / cited["total"] if cited["total"] else None,

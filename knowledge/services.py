@@ -67,8 +67,13 @@ def _heads_for_update(keys, now: datetime, *, create: bool) -> dict[str, ClaimHe
     keys = sorted(set(keys))
     if create:
         ClaimHead.objects.bulk_create([ClaimHead(key=k, updated_at=now) for k in keys], ignore_conflicts=True)
-    heads = (ClaimHead.objects.select_for_update(of=("self",)).select_related("current")
-             .filter(key__in=keys).order_by("key"))
+    # Lock first, then read the current versions in a new statement: under READ COMMITTED a
+    # locking SELECT that joins re-reads only the locked row after waiting, and would pair a
+    # freshly moved head with a stale (or missing) current version.
+    heads = list(ClaimHead.objects.select_for_update().filter(key__in=keys).order_by("key"))
+    currents = Claim.objects.in_bulk([h.current_id for h in heads if h.current_id is not None])
+    for head in heads:
+        head.current = currents.get(head.current_id) if head.current_id is not None else None
     return {h.key: h for h in heads}
 
 
@@ -538,13 +543,17 @@ def tombstones_gc(*, now: datetime | None = None, limit: int = 1000) -> dict:
 
     now = now or timezone.now()
     boundary = ledger_selectors.oldest_live_version_boundary(now=now)
-    heads = (ClaimHead.objects.select_for_update(of=("self",), skip_locked=True).select_related("current")
-             .filter(current__status__in=TOMBSTONE_STATUSES, latest_version=F("current__version")))
+    candidates = ClaimHead.objects.filter(current__status__in=TOMBSTONE_STATUSES,
+                                          latest_version=F("current__version"))
     if boundary is not None:
-        heads = heads.filter(current__store_version__lt=boundary)
+        candidates = candidates.filter(current__store_version__lt=boundary)
+    keys = list(candidates.order_by("current__store_version").values_list("key", flat=True)[:limit])
     removed = []
-    for head in heads.order_by("current__store_version")[:limit]:
-        tombstone = head.current
+    for head in _heads_for_update(keys, now, create=False).values():
+        tombstone = head.current  # re-checked under the lock: a write may have moved the head since
+        if (tombstone is None or not tombstone.is_tombstone or head.latest_version != tombstone.version
+                or (boundary is not None and tombstone.store_version >= boundary)):
+            continue
         head.current, head.live = None, False
         head.gc_status, head.gc_store_version, head.gc_at, head.updated_at = (
             tombstone.status, tombstone.store_version, now, now)

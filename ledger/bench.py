@@ -1107,7 +1107,7 @@ def _decisions(report: Report, say: _Out, *, scale: float, reps: int) -> None:
         "trigger_small_p95_ms": small["full_p95"], "trigger_big_p95_ms": big["full_p95"],
         "decision_growth": growth, "decision_seq_scans": seq_scans,
     })
-    s_label, b_label = f"{small_total['events'] / 1000:,.0f}k", f"{big_total['events'] / 1e6:,.2f}M"
+    s_label, b_label = f"{small_total['events']:,}", f"{big_total['events']:,}"
     report.add(Row(f"recovery decision p50 / p95 at {s_label} events", f"{small['read_p50']:.2f} / "
                    f"{small['read_p95']:.2f} ms", "", "", "(reference)", ""))
     report.add(Row(f"recovery decision p50 / p95 at {b_label} events", f"{big['read_p50']:.2f} / "

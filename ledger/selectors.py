@@ -176,9 +176,26 @@ def runs_filtered(*, user=None, workflow: str = "", state: str = "", intent: str
 
 
 def oncall_runs(*, user=None, workflow: str = "", state: str = "", intent: str = "", since=None):
-    """Runs that need on-call attention: escalated, awaiting compensation, or failed."""
+    """Runs that need on-call attention: escalated, awaiting compensation, or failed.
+
+    ``last_reason`` is the reason code of the run's latest transition (why it is where it is),
+    read in the same query.
+    """
     runs = runs_filtered(user=user, workflow=workflow, state=state, intent=intent, since=since)
-    return runs.filter(state__in=ONCALL_STATES)
+    return _with_last_reason(runs.filter(state__in=ONCALL_STATES))
+
+
+def oncall_run(*, run_id, user=None):
+    """One run as an on-call row (whatever its state now, e.g. right after a retry)."""
+    return _with_last_reason(run_list(user=user)).get(id=run_id)
+
+
+def _with_last_reason(runs):
+    from django.db.models import OuterRef, Subquery
+
+    last_reason = (LedgerEvent.objects.filter(run=OuterRef("pk"), kind="transition")
+                   .order_by("-seq").values("reason_code")[:1])
+    return runs.annotate(last_reason=Subquery(last_reason))
 
 
 def workflow_list(*, user=None):

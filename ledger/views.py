@@ -82,7 +82,7 @@ STATE_EDGES = [
 ]
 _BAD_STATES = frozenset({"failed", "escalated", "abandoned"})
 _GOOD_STATES = frozenset({"completed", "compensated", "noop"})
-_COL_W, _ROW_H, _BOX_W, _BOX_H, _PAD = 170, 62, 132, 34, 14
+_COL_W, _ROW_H, _BOX_W, _BOX_H, _PAD = 185, 72, 132, 34, 24
 
 
 def _centre(state: str) -> tuple[float, float]:
@@ -90,7 +90,7 @@ def _centre(state: str) -> tuple[float, float]:
     return _PAD + col * _COL_W + _BOX_W / 2, _PAD + row * _ROW_H + _BOX_H / 2
 
 
-def _edge_geometry(a: str, b: str, bend: float = 0.18) -> dict:
+def _edge_geometry(a: str, b: str, bend: float = 0.15) -> dict:
     """A gentle quadratic curve from box edge to box edge (opposite directions bend apart)."""
     (x1, y1), (x2, y2) = _centre(a), _centre(b)
     dx, dy = x2 - x1, y2 - y1
@@ -104,7 +104,8 @@ def _edge_geometry(a: str, b: str, bend: float = 0.18) -> dict:
     start, end = inset(ux, uy), inset(ux, uy) + 4
     sx, sy = x1 + ux * start, y1 + uy * start
     ex, ey = x2 - ux * end, y2 - uy * end
-    cx, cy = (sx + ex) / 2 - uy * length * bend, (sy + ey) / 2 + ux * length * bend
+    offset = min(length * bend, 26.0) if length > 90 else 0.0  # short hops stay straight
+    cx, cy = (sx + ex) / 2 - uy * offset, (sy + ey) / 2 + ux * offset
     mx, my = (sx + 2 * cx + ex) / 4, (sy + 2 * cy + ey) / 4
     return {"d": f"M{sx:.1f},{sy:.1f} Q{cx:.1f},{cy:.1f} {ex:.1f},{ey:.1f}", "mx": round(mx, 1), "my": round(my, 1)}
 
@@ -308,7 +309,7 @@ def _oncall_action(request, run_id, action: str):
         _run_action(run.id, action=action, user=request.user, reason=form.reason_text())
     except DomainError as exc:
         return _refused(request, message=exc.detail, status=exc.status_code, code=exc.code, **refuse)
-    run = selectors.run_list(user=request.user).get(id=run.id)
+    run = selectors.oncall_run(run_id=run.id, user=request.user)
     if not request.htmx:
         messages.success(request, f"{action.title()}: {run.workflow.slug} · {run.intent} is now {run.state}.")
         return redirect(back)

@@ -256,6 +256,15 @@ def test_escalation_requests_are_decided_by_oncall_not_editors(escalated):
     assert approval.status == "pending"
 
 
+def test_oncall_approving_an_escalation_in_the_inbox_retries_the_run(escalated):
+    _, run = escalated
+    oncall, _ = login("oncall")
+    approval = Approval.objects.get(kind="escalation", run_id=run["id"])
+    response = oncall.post(reverse("ledger:approval_approve", args=[approval.id]), {"reason": "runner fixed"}, **HX)
+    assert response.status_code == 200 and 'data-status="approved"' in texts(response)
+    assert Run.objects.get(id=run["id"]).state not in ("escalated", "failed")
+
+
 def test_viewer_post_is_refused_server_side_and_audited(awaiting):
     _, [(run, approval), _] = awaiting
     viewer, _ = login("viewer")
@@ -354,6 +363,7 @@ def test_oncall_page_lists_failed_and_escalated_runs_with_buttons_for_oncall(esc
         assert f'id="oncall-{run["id"]}"' in viewer_html
         assert 'data-action="retry"' not in viewer_html and 'id="bulk-form"' not in viewer_html
     assert "<html" not in texts(oncall.get(reverse("ledger:oncall"), **HX))
+    assert "tests_red" in html and "retry_budget_exhausted" in html  # why each run is where it is
     filtered = texts(oncall.get(reverse("ledger:oncall"), {"state": "failed"}, **HX))
     assert f'id="oncall-{failed["id"]}"' in filtered and f'id="oncall-{run["id"]}"' not in filtered
 

@@ -83,3 +83,20 @@ def agent(owner):
 def lone_agent():
     """An agent with no owning user."""
     return Actor(*make_agent())
+
+
+def make_checkpoint(*, version_boundary, expires_in=timedelta(hours=24)) -> None:
+    """Insert a checkpoint that holds a knowledge snapshot up to ``version_boundary``."""
+    from ledger.models import Checkpoint, Run
+
+    now = timezone.now()
+    workflow = make_workflow()
+    run = Run.objects.create(
+        workflow=workflow, intent="post", trigger_key=unique("tk"), inputs={},
+        input_fingerprint="f" * 64, policy_version="1", created_at=now, updated_at=now,
+    )
+    Checkpoint.objects.create(
+        workflow=workflow, intent="post", run=run, source="agent", payload={"stage": "draft"},
+        input_fingerprint="f" * 64, policy_version="1", version_boundary=version_boundary,
+        created_at=now, expires_at=now + expires_in,
+    )

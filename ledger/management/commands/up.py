@@ -11,6 +11,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 
+def _stop_on_sigterm(signum, frame):
+    raise KeyboardInterrupt  # stop the children like Ctrl-C does
+
+
 class Command(BaseCommand):
     help = "Migrate, seed demo data (unless --no-demo), start the web server, a Celery worker and beat."
 
@@ -50,6 +54,7 @@ class Command(BaseCommand):
             "beat": [python, "-m", "celery", "-A", "stateboard", "beat", "--loglevel", "INFO",
                      "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
         }
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
         children = {name: subprocess.Popen(cmd, env=env, cwd=settings.BASE_DIR) for name, cmd in processes.items()}
         self.stdout.write(self.style.SUCCESS(f"Stateboard is up: http://{bind}/  (API docs: http://{bind}/api/v1/docs/)"))
         try:

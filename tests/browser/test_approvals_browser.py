@@ -1,0 +1,76 @@
+"""The approvals inbox in a real browser: htmx swaps rows in place, refusals are shown, roles gate buttons."""
+
+import os
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from ledger import services
+from ledger.models import Approval, Run
+from tests.browser.scenarios import agent_driver, approval_workflow, awaiting_approval_run
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def two_requests():
+    agent = agent_driver(approval_workflow())
+    return [awaiting_approval_run(agent, intent) for intent in ("post-alpha", "post-beta")]
+
+
+def row(page, approval):
+    return page.locator(f"#approval-{approval['id']}")
+
+
+def test_editor_approves_and_rejects_without_a_reload(live_server, page, log_in, two_requests, tmp_path):
+    (run_a, approval_a), (run_b, approval_b) = two_requests
+    log_in("editor")
+    page.click("nav >> text=Approvals")
+    expect(page.locator("h1")).to_have_text("Approvals inbox")
+    page.evaluate("window.__sameDocument = true")  # gone if the page reloads
+
+    row(page, approval_a).locator("[data-action=approve]").click()
+    expect(row(page, approval_a)).to_have_attribute("data-status", "approved")
+    expect(row(page, approval_a).locator("[data-action]")).to_have_count(0)
+
+    page.once("dialog", lambda dialog: dialog.accept())  # hx-confirm on Reject
+    row(page, approval_b).locator("input[name=reason]").fill("not during the release freeze")
+    row(page, approval_b).locator("[data-action=reject]").click()
+    expect(row(page, approval_b)).to_have_attribute("data-status", "rejected")
+    expect(row(page, approval_b)).to_contain_text("not during the release freeze")
+
+    assert page.evaluate("window.__sameDocument") is True
+    assert Approval.objects.get(id=approval_a["id"]).status == "approved"
+    assert Run.objects.get(id=run_b["id"]).state == "abandoned"
+
+    # The run page of the approved request: the drawn state machine, decision, stages and events.
+    page.goto(f"{live_server.url}/runs/{run_a['id']}/")
+    expect(page.locator("svg g.node.current")).to_have_attribute("data-state", "awaiting_approval")
+    expect(page.locator("#event-list")).to_contain_text("approved")
+    shots = Path(os.environ.get("STATEBOARD_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(shots / "run-detail.png"), full_page=True)
+
+
+def test_a_refused_action_is_shown_in_the_error_area(live_server, page, log_in, two_requests):
+    """htmx does not swap a 409: app.js shows the service's message instead of silently doing nothing."""
+    (_, approval), _ = two_requests
+    user = log_in("editor")
+    page.click("nav >> text=Approvals")
+    expect(page.locator("#htmx-error")).to_be_hidden()
+    services.approval_decide(approval_id=approval["id"], user=user, approve=False, reason="decided elsewhere")
+
+    row(page, approval).locator("[data-action=approve]").click()
+    expect(page.locator("#htmx-error")).to_be_visible()
+    expect(page.locator("#htmx-error")).to_contain_text("This request is already rejected.")
+    expect(row(page, approval).locator("[data-action=approve]")).to_be_visible()  # nothing swapped
+
+
+def test_a_viewer_sees_no_buttons(live_server, page, log_in, two_requests):
+    (_, approval), _ = two_requests
+    log_in("viewer")
+    page.goto(f"{live_server.url}/approvals/")
+    expect(row(page, approval)).to_be_visible()
+    expect(page.locator("[data-action]")).to_have_count(0)
+    expect(page.locator("#approval-table form")).to_have_count(0)
