@@ -197,16 +197,19 @@ class _Bench:
                                                after_key=self.rng.choice(keys))[:100])
             [_claim_data(h.current, needs_review=h.needs_review) for h in heads]
 
-        client = APIClient()
+        from django.conf import settings
+
+        host = next((h for h in settings.ALLOWED_HOSTS if h not in ("*",) and not h.startswith(".")), "localhost")
+        client = APIClient(HTTP_HOST=host)
         client.credentials(HTTP_AUTHORIZATION=f"Token {self.agent_token}")
 
         def api_by_key():
-            response = client.get("/api/v1/claims/", {"system": self.system, "key": self.rng.choice(keys)})
+            response = client.get("/api/v1/claims/", {"system": self.system, "key": self.rng.choice(keys)}, secure=True)
             assert response.status_code == 200, response.content
 
         def api_page():
             response = client.get("/api/v1/claims/", {"system": self.system, "task": "bench", "limit": 100,
-                                                      "cursor": self.rng.choice(keys)})
+                                                      "cursor": self.rng.choice(keys)}, secure=True)
             assert response.status_code == 200, response.content
 
         return {

@@ -1,0 +1,28 @@
+"""`manage.py up` on the embedded defaults: a newcomer with no servers gets a working product."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_up_migrates_seeds_and_serves_on_sqlite(tmp_path):
+    """With no DATABASE_URL/broker configured: SQLite + file broker, demo data, web/worker/beat, /healthz 200."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
+    env["STATEBOARD_VAR_DIR"] = str(tmp_path)
+    result = subprocess.run([sys.executable, "manage.py", "up", "--check", "--port", str(_free_port())],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "Demo data seeded" in output and "/healthz answered 200" in output
+    assert (tmp_path / "stateboard.sqlite3").exists()
