@@ -8,6 +8,7 @@ from django.utils.dateparse import parse_datetime
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
+from rest_framework.exceptions import ParseError
 from rest_framework.generics import ListAPIView
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
@@ -146,7 +147,10 @@ class AuditedAction:
 
     def _audit_refusal(self, request, code: str):
         run_id = self.audit_run_id(self.kwargs)
-        reason = request.data.get("reason", "") if isinstance(request.data, dict) else ""
+        try:
+            reason = request.data.get("reason", "") if isinstance(request.data, dict) else ""
+        except ParseError:  # a refused request with a malformed body is still a refusal
+            reason = ""
         try:
             with transaction.atomic():
                 services.audit_record(user=request.user, action=self.audit_action, outcome="refused",

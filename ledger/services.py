@@ -924,7 +924,7 @@ def _permit_consume(app: _Append, event: LedgerEvent) -> None:
     reasons = []
     if not isinstance(action, dict) or digest(action) != permit.action_digest:
         reasons.append("action_changed")
-    if permit.policy_version != run.workflow.policy_version:
+    if permit.policy_version != run.workflow.policy_version or permit.policy_version != run.policy_version:
         reasons.append("policy_changed")
     if permit.input_fingerprint != run.input_fingerprint:
         reasons.append("inputs_changed")
@@ -1056,8 +1056,8 @@ def run_abandon(*, run_id, user, reason: str) -> Run:
     actor, role = _oncall(user)
     if not (reason or "").strip():
         raise Invalid("reason_required", "Abandoning a run needs a reason.")
-    if run.state not in ("escalated", "compensate"):
-        raise _illegal(run, f"Only an escalated run (or one awaiting compensation) can be abandoned; this one is {run.state!r}.")
+    if run.state != "escalated":
+        raise _illegal(run, f"Only an escalated run can be abandoned; this one is {run.state!r}.")
     now = timezone.now()
     writer = _RunWriter(run, actor, now)
     writer.emit(EventKind.ABANDONED, run.current_stage, reason_code="oncall_abandon", data={"role": role, "reason": reason})
@@ -1170,7 +1170,7 @@ def approvals_expire(*, now: datetime | None = None) -> int:
             if approval.kind != Approval.Kind.ESCALATION and run.state in ("awaiting_approval", "compensate"):
                 writer.transition("escalated", "approval_expired", approval=str(approval.id))
             writer.flush()
-            if run.state == "escalated" and approval.kind != Approval.Kind.ESCALATION:
-                _escalation_raise(run, now=now)
+            if run.state == "escalated":
+                _escalation_raise(run, now=now)  # an expired escalation is raised afresh: on-call must still see it
             expired += 1
     return expired

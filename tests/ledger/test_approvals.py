@@ -473,3 +473,41 @@ def test_approval_compensation_decided_by_editor_only_once():
     assert _events(run_id).filter(kind="approved").count() == 1
     assert crew.agent.event(run_id, "deploy", "compensated", action=approval["action"], evidence=EVIDENCE)["kind"] \
         == "compensated"
+
+
+@pytest.mark.django_db
+def test_permit_is_void_for_a_run_triggered_under_an_older_policy():
+    """A run fingerprinted under policy 1 cannot use a permit issued after the bump to policy 2."""
+    crew = Crew()
+    run_id = crew.to_deploy()
+    crew.wf.policy_version = "2"
+    crew.wf.save(update_fields=["policy_version"])
+    approval = crew.request(run_id)
+    assert crew.decide(approval["id"]).status_code == 200
+    response = crew.start_deploy(run_id, action=ACTION)
+    assert response.status_code == 409 and "policy_changed" in response.json()["reasons"]
+
+
+@pytest.mark.django_db
+def test_expired_escalation_request_is_raised_afresh():
+    """On-call never loses sight of an escalated run: an expired escalation request is replaced."""
+    crew = Crew(max_retries=1)
+    run = crew.agent.trigger()
+    crew.agent.event(run["id"], "build", "started")
+    crew.agent.event(run["id"], "build", "failed")
+    escalated = crew.agent.trigger()
+    assert escalated["state"] == "escalated"
+    services.approvals_expire(now=timezone.now() + timedelta(days=2))
+    requests = Approval.objects.filter(run_id=escalated["id"], kind="escalation")
+    assert sorted(requests.values_list("status", flat=True)) == ["expired", "pending"]
+
+
+@pytest.mark.django_db
+def test_refusal_with_a_malformed_body_is_still_403_and_audited():
+    crew = Crew()
+    run_id = crew.to_deploy()
+    approval = crew.request(run_id)
+    response = crew.as_(crew.viewer_token).generic("POST", f"/api/v1/approvals/{approval['id']}/approve/",
+                                                   b"{not json", content_type="application/json")
+    assert response.status_code == 403
+    assert AuditEntry.objects.filter(action="approve", outcome="refused", code="permission_denied").exists()
