@@ -452,38 +452,40 @@ class ApprovalRejectApi(_ApprovalDecisionApi):
     approve = False
 
 
-class RunRetryApi(AuditedAction, APIView):
+class _OncallActionApi(AuditedAction, APIView):
+    """POST {reason} on an escalated run; answers the run (for retry: with its new decision)."""
+
     roles = {"POST": {ONCALL}}
+
+    def act(self, run_id, user, reason) -> dict:
+        raise NotImplementedError
+
+    @extend_schema(request=ReasonInputSerializer, responses=RunOutputSerializer)
+    def post(self, request, run_id):
+        reason = _validated(ReasonInputSerializer, request)["reason"]
+        return Response(self.perform(request, lambda: self.act(run_id, request.user, reason)))
+
+
+class RunRetryApi(_OncallActionApi):
     audit_action = "retry"
 
-    @extend_schema(request=ReasonInputSerializer, responses=RunOutputSerializer)
-    def post(self, request, run_id):
-        reason = _validated(ReasonInputSerializer, request)["reason"]
-        run = self.perform(request, lambda: services.run_retry(run_id=run_id, user=request.user, reason=reason))
-        return Response(_run_body(run))
+    def act(self, run_id, user, reason):
+        return _run_body(services.run_retry(run_id=run_id, user=user, reason=reason))
 
 
-class RunAbandonApi(AuditedAction, APIView):
-    roles = {"POST": {ONCALL}}
+class RunAbandonApi(_OncallActionApi):
     audit_action = "abandon"
 
-    @extend_schema(request=ReasonInputSerializer, responses=RunOutputSerializer)
-    def post(self, request, run_id):
-        reason = _validated(ReasonInputSerializer, request)["reason"]
-        run = self.perform(request, lambda: services.run_abandon(run_id=run_id, user=request.user, reason=reason))
-        return Response(_run_body(run))
+    def act(self, run_id, user, reason):
+        return _run_body(services.run_abandon(run_id=run_id, user=user, reason=reason))
 
 
-class RunCompensateApi(AuditedAction, APIView):
-    roles = {"POST": {ONCALL}}
+class RunCompensateApi(_OncallActionApi):
     audit_action = "compensate"
 
-    @extend_schema(request=ReasonInputSerializer, responses=RunOutputSerializer)
-    def post(self, request, run_id):
-        reason = _validated(ReasonInputSerializer, request)["reason"]
-        run, approval = self.perform(request, lambda: services.run_compensate(
-            run_id=run_id, user=request.user, reason=reason))
-        return Response(_run_body(run, approval=ApprovalOutputSerializer(approval).data if approval else None))
+    def act(self, run_id, user, reason):
+        run, approval = services.run_compensate(run_id=run_id, user=user, reason=reason)
+        return _run_body(run, approval=ApprovalOutputSerializer(approval).data if approval else None)
 
 
 # ---------------------------------------------------------------- effects and metrics
