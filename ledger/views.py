@@ -170,7 +170,6 @@ def _run_detail_context(run: Run, *, partial: bool) -> dict:
         "stage": stage,
         "status": (stage_states.get(stage) or {}).get("status", "pending"),
         "pointer": (stage_states.get(stage) or {}).get("pointer", ""),
-        "effect_key": (stage_states.get(stage) or {}).get("effect_key", ""),
         "effect_stage": stage in workflow.effect_stages,
         "approval_stage": stage in workflow.approval_stages,
         "current": stage == run.current_stage and not run.is_terminal,
@@ -196,7 +195,10 @@ def _run_detail_context(run: Run, *, partial: bool) -> dict:
 def run_detail(request, run_id):
     """Run page; the htmx poll (every 3 s, only while the run is not terminal) refreshes the event list."""
     try:
-        run = selectors.run_detail(run_id=run_id, user=request.user)
+        if request.htmx:  # the poll needs only the run and its events
+            run = selectors.run_list(user=request.user).get(id=run_id)
+        else:
+            run = selectors.run_detail(run_id=run_id, user=request.user)
     except Run.DoesNotExist:
         raise Http404("No such run.")
     template = "ledger/run_detail.html#event-list" if request.htmx else "ledger/run_detail.html"

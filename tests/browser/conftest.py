@@ -17,6 +17,8 @@ PASSWORD = "browser-test-password"
 @pytest.fixture(scope="session")
 def browser():
     if not CHROMIUM.exists():
+        if os.environ.get("STATEBOARD_REQUIRE_BROWSER"):  # CI installs it: a missing browser is a failure there
+            pytest.fail(f"{CHROMIUM} is not installed and STATEBOARD_REQUIRE_BROWSER is set")
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 
