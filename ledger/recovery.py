@@ -203,7 +203,8 @@ def recovery_decide(inp: RecoveryInput) -> Decision:
         return Decision("escalated", "checkpoint_inconsistent", failed_assertions=tuple(failed), **base)
     status = _done_status(spec, cp, effects)
     if budget_spent:
-        return Decision("escalated", "retry_budget_exhausted", resume_from=first_not_done(spec, status), **base)
+        return Decision("escalated", "retry_budget_exhausted", resume_from=first_not_done(spec, status),
+                        stage_status=status, **base)
     if cp.env_fingerprint != inp.env_fingerprint:
         verified_idx = [i for i, s in enumerate(spec.stages) if s in spec.effect_stages and status.get(s) == "verified"]
         last = max(verified_idx, default=-1)
