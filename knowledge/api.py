@@ -67,6 +67,11 @@ def _claim_data(claim: Claim, *, now=None, needs_review: bool = False, is_curren
     return ClaimOutput(claim, context={"now": now}).data
 
 
+def _claims_data(claims: list[Claim], *, now=None) -> list[dict]:
+    """Many at once: one serializer for the list (building one per item costs more than the query)."""
+    return ClaimOutput(claims, many=True, context={"now": now}).data
+
+
 def _positive_int(value, default: int, maximum: int) -> int:
     try:
         return max(1, min(int(value), maximum))
@@ -117,7 +122,9 @@ class ClaimListProposeApi(APIView):
             after_key=params.get("cursor"), now=now,
         )[: limit + 1])
         page = heads[:limit]
-        results = [_claim_data(h.current, now=now, needs_review=h.needs_review) for h in page]
+        for head in page:
+            head.current.needs_review, head.current.is_current = head.needs_review, True
+        results = _claims_data([h.current for h in page], now=now)
         next_url = None
         if len(heads) > limit:
             query = {k: v for k, v in request.query_params.items() if k != "cursor"}
@@ -144,13 +151,14 @@ class ClaimDetailApi(APIView):
         now = timezone.now()
         current = detail["current"]
         head = detail["head"]
+        for version in detail["versions"]:
+            version.is_current = current is not None and version.pk == current.pk
+            version.needs_review = version.is_current and bool(detail["reviews"])
         return Response({
             "key": key,
             "current": (_claim_data(current, now=now, needs_review=bool(detail["reviews"]))
                         if current is not None else None),
-            "history": [_claim_data(v, now=now, is_current=current is not None and v.pk == current.pk,
-                                    needs_review=current is not None and v.pk == current.pk and bool(detail["reviews"]))
-                        for v in detail["versions"]],
+            "history": _claims_data(detail["versions"], now=now),
             "pending": [{"version": v.version, "store_version": v.store_version, "actor": v.actor,
                          "pending_reasons": v.pending_reasons} for v in detail["pending"]],
             "reviews": [{"reason": r.reason, "source_key": r.source_key,

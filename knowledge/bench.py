@@ -175,7 +175,7 @@ class _Bench:
         from rest_framework.test import APIClient
 
         from knowledge import selectors
-        from knowledge.api import _claim_data
+        from knowledge.api import _claims_data
 
         keys = self.live_keys
         with connection.cursor() as cursor:
@@ -190,12 +190,12 @@ class _Bench:
 
         def by_key():
             heads = list(selectors.claims_live(user=self.agent, system=self.system, key=self.rng.choice(keys)))
-            [_claim_data(h.current, needs_review=h.needs_review) for h in heads]
+            _claims_data([h.current for h in heads])
 
         def page():
             heads = list(selectors.claims_live(user=self.agent, system=self.system, task="bench",
                                                after_key=self.rng.choice(keys))[:100])
-            [_claim_data(h.current, needs_review=h.needs_review) for h in heads]
+            _claims_data([h.current for h in heads])
 
         from django.conf import settings
 

@@ -6,6 +6,8 @@ therefore committed in order, and writers of different keys only queue on the co
 few statements between their INSERT and COMMIT.
 """
 
+import dataclasses
+import json
 from datetime import datetime
 
 import pgtrigger
@@ -27,6 +29,7 @@ from knowledge.models import (
     GateDecision,
     StoreCounter,
 )
+from stateboard.canonical import canonical_json
 from stateboard.errors import Conflict, Forbidden, Invalid, NotFound
 from stateboard.roles import OWNER, actor_for, has_role, is_agent, user_roles
 
@@ -147,14 +150,17 @@ def _gate_context(*, user, now: datetime, head: ClaimHead | None) -> gate.GateCo
     )
 
 
-def _resolve_owner_id(*, user, named: str | None, key: str) -> int | None:
+def _resolve_owner_id(*, user, named: str | None, key: str, head: ClaimHead | None = None) -> int | None:
     """Named in the proposal; else the previous version's; else the proposing agent's owner;
     else the proposer, when a person with the owner role."""
     if named:
         return get_user_model().objects.only("id").get(username=named).pk
-    previous = _latest_version(key)
-    if previous is not None and previous.owner_id is not None:
-        return previous.owner_id
+    if head is None or head.latest_version > 0 or head.gc_status:
+        previous = head.current if head is not None and head.current_id else _latest_version(key)
+        if previous is not None and previous.owner_id is not None:
+            return previous.owner_id
+        if head is not None and head.gc_status and head.owner_id is not None:
+            return head.owner_id
     if user is not None and is_agent(user):
         agent = getattr(user, "agent", None)
         return agent.owner_id if agent is not None else None
@@ -223,36 +229,70 @@ def _as_proposal(claim: Claim) -> dict:
     return proposal
 
 
-def _append(head: ClaimHead, *, status: str, fields: dict, actor: str, now: datetime, provenance: dict,
-            reason: str = "", pending_reasons=(), policy_version: str = "") -> Claim:
-    """Append the next version of ``head.key`` (the head is locked by the caller)."""
-    store_version = _allocate_store_versions(1)
-    claim = Claim.objects.create(
+def _new_version(head: ClaimHead, *, store_version: int, status: str, fields: dict, actor: str, now: datetime,
+                 provenance: dict, reason: str = "", pending_reasons=(), policy_version: str = "") -> Claim:
+    return Claim(
         key=head.key, version=head.latest_version + 1, store_version=store_version, status=status,
         actor=actor, reason=reason, provenance=provenance, pending_reasons=list(pending_reasons),
         policy_version=policy_version or gate.load_policy()["version"], created_at=now, **fields,
     )
-    if claim.derived_from:
-        ClaimDerivation.objects.bulk_create(
-            [ClaimDerivation(claim=claim, source_key=source) for source in claim.derived_from])
+
+
+def _move_head(head: ClaimHead, claim: Claim, now: datetime) -> None:
     head.latest_version = claim.version
     head.updated_at = now
-    if status in EFFECTIVE_STATUSES:
+    if claim.status in EFFECTIVE_STATUSES:
         head.current = claim
-        head.live = status == ClaimStatus.ACTIVE
+        head.live = claim.status == ClaimStatus.ACTIVE
         head.system, head.scope_version, head.task = claim.scope_system, claim.scope_version, claim.scope_task
         head.sensitivity = claim.sensitivity
         head.owner_id = claim.owner_id
-    head.save()
-    return claim
 
 
-def _decision_record(*, action: str, user, key, result: gate.GateResult, now: datetime,
-                     payload=None, claim: Claim | None = None) -> GateDecision:
-    return GateDecision.objects.create(
+HEAD_FIELDS = ["latest_version", "updated_at", "current", "live", "system", "scope_version", "task", "sensitivity",
+               "owner"]
+
+
+def _append(head: ClaimHead, **version) -> Claim:
+    """Append the next version of ``head.key`` (the head is locked by the caller)."""
+    return _append_many([(head, version)])[0]
+
+
+def _append_many(items: list[tuple[ClaimHead, dict]]) -> list[Claim]:
+    """Append one new version to each of several locked heads: one block of store versions,
+    bulk inserts, one head update statement."""
+    if not items:
+        return []
+    last = _allocate_store_versions(len(items))
+    claims = [_new_version(head, store_version=last - len(items) + 1 + i, **version)
+              for i, (head, version) in enumerate(items)]
+    Claim.objects.bulk_create(claims)
+    derivations = [ClaimDerivation(claim=c, source_key=k) for c in claims for k in c.derived_from]
+    if derivations:
+        ClaimDerivation.objects.bulk_create(derivations)
+    for (head, version), claim in zip(items, claims):
+        _move_head(head, claim, version["now"])
+    if len(items) == 1:
+        items[0][0].save(update_fields=HEAD_FIELDS)
+    else:
+        ClaimHead.objects.bulk_update([head for head, _ in items], HEAD_FIELDS)
+    return claims
+
+
+def _decision_record(**fields) -> GateDecision:
+    decision = _decision(**fields)
+    decision.save()
+    return decision
+
+
+def _decision(*, action: str, user, key, result: gate.GateResult, now: datetime,
+              payload=None, claim: Claim | None = None) -> GateDecision:
+    return GateDecision(
         at=now, action=action, actor=actor_for(user), key=key if isinstance(key, str) else "",
         outcome=result.outcome, reasons=result.reasons, pending_reasons=result.pending_reasons,
-        policy_version=result.policy_version, payload=payload if result.rejected else None,
+        policy_version=result.policy_version,
+        # As sent, made JSON-safe (a service caller may pass datetimes).
+        payload=json.loads(canonical_json(payload)) if result.rejected else None,
         claim_store_version=claim.store_version if claim else None,
     )
 
@@ -289,8 +329,8 @@ def _claim_propose(*, user, data: dict, now: datetime) -> Claim:
     if result.rejected:
         raise WriteGateRejected(result)
     key = result.cleaned["key"]
-    owner_id = _resolve_owner_id(user=user, named=result.cleaned["owner"], key=key)
     head = head or _head_for_update(key, now, create=True)
+    owner_id = _resolve_owner_id(user=user, named=result.cleaned["owner"], key=key, head=head)
     claim = _append(
         head, status=result.outcome, fields=_content_fields(result.cleaned, owner_id=owner_id),
         actor=actor_for(user), now=now, provenance={"action": "propose"},
@@ -326,11 +366,10 @@ def _claim_refresh(*, user, key: str, data: dict, now: datetime) -> Claim:
     unknown = [{"code": "unknown_field", "field": name,
                 "detail": f"A refresh may change {', '.join(REFRESH_FIELDS)}."} for name in extra]
     if unknown:
-        result.reasons = unknown + result.reasons
-        result.outcome = "rejected"
+        result.reasons, result.outcome, result.pending_reasons = unknown + result.reasons, "rejected", []
     if result.rejected:
         raise WriteGateRejected(result)
-    owner_id = _resolve_owner_id(user=user, named=result.cleaned["owner"], key=key)
+    owner_id = _resolve_owner_id(user=user, named=result.cleaned["owner"], key=key, head=head)
     claim = _append(
         head, status=result.outcome, fields=_content_fields(result.cleaned, owner_id=owner_id),
         actor=actor_for(user), now=now, reason=str(data.get("reason") or ""),
@@ -482,6 +521,7 @@ def knowledge_reconcile(*, user, entries: list, checkpoint=None, version_boundar
         raise Invalid("version_boundary_invalid", "version_boundary is an integer store version.")
     heads = _heads_for_update([e["key"] for e in entries], now, create=True)
     results, counts = [], {"restored": 0, "kept_live": 0, "kept_tombstone": 0, "rejected": 0}
+    restores, decisions, restoring = [], [], set()
     for entry in entries:
         key, snapshot_sv = entry["key"], entry["store_version"]
         head = heads[key]
@@ -501,26 +541,35 @@ def knowledge_reconcile(*, user, entries: list, checkpoint=None, version_boundar
             proposal = {k: v for k, v in entry.items() if k not in SNAPSHOT_ONLY_FIELDS}
             if isinstance(proposal.get("owner"), dict):
                 proposal["owner"] = proposal["owner"].get("username")
-            result = gate.evaluate(proposal, _gate_context(user=user, now=now, head=head))
+            context = _gate_context(user=user, now=now, head=head)
+            # A claim may derive from another restored earlier in the same snapshot.
+            context = dataclasses.replace(context, key_state=lambda k: "live" if k in restoring else _key_state(k))
+            result = gate.evaluate(proposal, context)
             if result.rejected:
                 outcome = "rejected"
                 row["reasons"] = result.reasons
-                _decision_record(action="restore", user=user, key=key, result=result, now=now, payload=entry)
+                decisions.append(_decision(action="restore", user=user, key=key, result=result, now=now,
+                                           payload=entry))
             else:
                 outcome = "restored"
-                owner_id = _resolve_owner_id(user=user, named=result.cleaned["owner"], key=key)
-                claim = _append(
-                    head, status=result.outcome, fields=_content_fields(result.cleaned, owner_id=owner_id),
+                restoring.add(key)
+                owner_id = _resolve_owner_id(user=user, named=result.cleaned["owner"], key=key, head=head)
+                restores.append((row, result, entry, (head, dict(
+                    status=result.outcome, fields=_content_fields(result.cleaned, owner_id=owner_id),
                     actor=actor_for(user), now=now, pending_reasons=result.pending_reasons,
                     policy_version=result.policy_version,
                     provenance={"action": "restore", "checkpoint": checkpoint,
                                 "snapshot_store_version": snapshot_sv, "version_boundary": version_boundary},
-                )
-                row.update(version=claim.version, store_version=claim.store_version, status=claim.status)
-                _decision_record(action="restore", user=user, key=key, result=result, now=now, claim=claim)
+                ))))
         row["outcome"] = outcome
         counts[outcome] += 1
         results.append(row)
+    claims = _append_many([item for *_, item in restores])
+    for (row, result, entry, _), claim in zip(restores, claims):
+        row.update(version=claim.version, store_version=claim.store_version, status=claim.status)
+        decisions.append(_decision(action="restore", user=user, key=claim.key, result=result, now=now,
+                                   claim=claim))
+    GateDecision.objects.bulk_create(decisions)
     from knowledge.selectors import store_version
 
     return {"results": results, "counts": counts, "store_version": store_version(), "checkpoint": checkpoint}

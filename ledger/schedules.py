@@ -6,6 +6,7 @@ SWEEPS = {
     "stateboard: expire leases": ("ledger.tasks.runs_expire_leases", 60),
     "stateboard: expire approvals": ("ledger.tasks.approvals_expire", 60),
     "stateboard: prune checkpoints": ("ledger.tasks.checkpoints_prune", 3600),
+    "stateboard: knowledge tombstone gc": ("knowledge.tasks.tombstones_gc", 3600),
 }
 
 
@@ -16,13 +17,6 @@ def periodic_tasks_ensure() -> int:
     from ledger.models import Workflow
 
     for name, (task, seconds) in SWEEPS.items():
-        every, _ = IntervalSchedule.objects.get_or_create(every=seconds, period=IntervalSchedule.SECONDS)
-        PeriodicTask.objects.update_or_create(name=name, defaults={"task": task, "interval": every, "crontab": None})
-    try:
-        from knowledge.tasks import SWEEPS as KNOWLEDGE_SWEEPS
-    except ImportError:
-        KNOWLEDGE_SWEEPS = {}
-    for name, (task, seconds) in KNOWLEDGE_SWEEPS.items():
         every, _ = IntervalSchedule.objects.get_or_create(every=seconds, period=IntervalSchedule.SECONDS)
         PeriodicTask.objects.update_or_create(name=name, defaults={"task": task, "interval": every, "crontab": None})
     installed = 0

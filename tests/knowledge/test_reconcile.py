@@ -235,3 +235,12 @@ def test_reconcile_malformed_entries_write_nothing(agent):
 def test_reconcile_refused_to_viewers(viewer):
     """Reconcile is for agents (and owners)."""
     assert viewer.client.post("/api/v1/knowledge/reconcile/", {"entries": []}, format="json").status_code == 403
+
+
+def test_reconcile_restores_a_claim_derived_from_another_restored_one(agent):
+    """Within one snapshot, a restored claim may derive from one restored before it."""
+    base = {**proposal(), "store_version": 4}
+    child = {**proposal(derived_from=[base["key"]]), "store_version": 5}
+    body = services.knowledge_reconcile(user=agent.user, entries=[base, child])
+    assert [r["outcome"] for r in body["results"]] == ["restored", "restored"]
+    assert db_state(child["key"])[0] == "live"

@@ -154,3 +154,13 @@ def test_claim_concurrent_proposals_get_distinct_versions(agent):
     assert [v for v, _ in rows] == [1, 2, 3, 4, 5, 6]
     assert [s for _, s in rows] == sorted(s for _, s in rows)
     assert ClaimHead.objects.get(key=key).current.version == 6
+
+
+def test_claim_rejection_of_python_values_is_recorded(agent):
+    """A service caller passing datetimes still gets its rejection recorded (stored JSON-safe)."""
+    data = proposal(observed_at=timezone.now(), refresh_after=timezone.now() - timedelta(days=1))
+    with pytest.raises(Invalid):
+        services.claim_propose(user=agent.user, data=data)
+    decision = GateDecision.objects.get(key=data["key"])
+    assert decision.reasons[0]["code"] == "refresh_after_not_after_observed_at"
+    assert isinstance(decision.payload["observed_at"], str)
