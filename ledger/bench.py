@@ -743,7 +743,6 @@ class BulkLoader:
                     checkpoints.append(len(events))
                 if all(s in st["done"] for s in stages):
                     st["complete"], state = True, "completed"
-                    complete_with_effects = bool(effect_stages)
                     system("transition", "all_stages_done", '{"from": "checkpointed", "to": "completed"}')
                 else:
                     state = "failed"
@@ -777,6 +776,8 @@ class BulkLoader:
                 }
                 rows["checkpoints"].append((wf.id, intent, run_id, "server", json.dumps(payload), fp,
                                             wf.policy_version, ENV, None, at, at + timedelta(days=1)))
+            # the intent's latest run is complete with effects: every read-path query runs for it
+            complete_with_effects = st["complete"] and bool(effect_stages)
             end = seq_at[len(events)]
             stage_states = {s: {"status": v[0], "pointer": f"ledger:{v[1]}/{v[2]}"} for s, v in st["done"].items()}
             rows["runs"].append((run_id, wf.id, intent, "schedule", f"schedule:{run_id}", json.dumps(inputs), fp,
@@ -954,7 +955,7 @@ def explain_decision(loader: BulkLoader, say: _Out) -> list[str]:
 
 
 def run(*, out, scale: float = 1.0, skip_http: bool = False, skip_load: bool = False, keep: bool = False,
-        db_name: str = "stateboard_bench", reps: int = 3, duration: float = 3.0, clients: int = 4) -> Report:
+        db_name: str = "stateboard_bench", reps: int = 5, duration: float = 3.0, clients: int = 4) -> Report:
     from django.conf import settings
     from django.db import connection
 
@@ -975,7 +976,7 @@ def run(*, out, scale: float = 1.0, skip_http: bool = False, skip_load: bool = F
                 version, sync, buffers = cur.fetchone()
             say(f"PostgreSQL: {version.split(',')[0]}; synchronous_commit={sync}, shared_buffers={buffers}; "
                 f"{os.cpu_count()} CPUs; scale={scale:g}, reps={reps}, {duration:g} s per measurement, "
-                f"{clients} clients (threads, one connection each)")
+                f"{clients} clients (threads, one connection each); load average {_loadavg()}")
             raw_table_create()
             try:
                 stream_workflow()
@@ -1120,9 +1121,17 @@ def _decisions(report: Report, say: _Out, *, scale: float, reps: int) -> None:
                    f"{big['full_p95']:.2f} ms", "", f"{_ratio(big['full_p95'], small['full_p95']):.2f}x", "(info)", ""))
 
 
+def _loadavg() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
 def _summary(report: Report, say: _Out, elapsed: float) -> None:
     say("")
-    say(f"== summary (medians; ratios are figure / baseline measured in the same run; {elapsed:.0f} s) ==")
+    say(f"== summary (medians; ratio = value / baseline, both measured in this run; {elapsed:.0f} s; "
+        f"load average at the end {_loadavg()}) ==")
     headers = ("figure", "value", "baseline", "ratio", "target", "verdict")
     table = [headers] + [(r.figure, r.value, r.baseline, r.ratio, r.target, r.verdict) for r in report.rows]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(headers))]

@@ -32,7 +32,7 @@ class Command(BaseCommand):
         parser.add_argument("--keep", action="store_true", help="ledger: keep the scratch database afterwards")
         parser.add_argument("--db-name", default="stateboard_bench",
                             help="ledger: name of the scratch database (created, and dropped at the end)")
-        parser.add_argument("--reps", type=int, default=3,
+        parser.add_argument("--reps", type=int, default=5,
                             help="ledger: repetitions of each throughput measurement (the median is printed)")
         parser.add_argument("--duration", type=float, default=3.0,
                             help="ledger: seconds per throughput measurement")
