@@ -164,7 +164,9 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["workflow", "intent", "input_fingerprint", "state"], name="run_intent_fp_state"),
             models.Index(fields=["workflow", "intent", "state"], name="run_intent_state"),
-            models.Index(fields=["state", "lease_expires_at"], name="run_state_lease"),
+            # The lease sweep reads the few holding runs; lease_expires_at is not indexed, so the
+            # per-event lease renewal stays a HOT update.
+            models.Index(fields=["state"], condition=Q(state__in=HOLDING_STATES), name="run_holding_state"),
             models.Index(fields=["-created_at"], name="run_created_desc"),
         ]
 

@@ -7,13 +7,14 @@ refused request raises before anything is flushed, so nothing partial is ever wr
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -83,6 +84,41 @@ def event_compute_hash(event: LedgerEvent) -> str:
 
 # ---------------------------------------------------------------- the run writer
 
+RUN_MUTABLE_FIELDS = ("state", "current_stage", "stage_states", "event_count", "last_hash", "lease_owner",
+                      "lease_expires_at", "updated_at", "ended_at", "decision", "decided_at", "retried_at")
+EVENT_INSERT_FIELDS = [f for f in LedgerEvent._meta.concrete_fields if not f.primary_key]
+
+
+def _events_insert(events: list[LedgerEvent]) -> None:
+    """One multi-row INSERT … RETURNING id (the ledger's hot path; bulk_create costs more in Python)."""
+    if not events:
+        return
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in EVENT_INSERT_FIELDS)
+    row = "(" + ", ".join(["%s"] * len(EVENT_INSERT_FIELDS)) + ")"
+    params = [f.get_db_prep_save(getattr(e, f.attname), connection) for e in events for f in EVENT_INSERT_FIELDS]
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {quote(LedgerEvent._meta.db_table)} ({columns}) VALUES "
+                       f"{', '.join([row] * len(events))} RETURNING {quote('id')}", params)
+        for event, (event_id,) in zip(events, cursor.fetchall()):
+            event.id = event_id
+            event._state.adding = False
+
+
+def _run_update(run: Run, before: dict) -> None:
+    """UPDATE only the columns that changed, so a plain append stays a HOT update in PostgreSQL."""
+    changed = [name for name in RUN_MUTABLE_FIELDS if getattr(run, name) != before[name]]
+    if not changed:
+        return
+    quote = connection.ops.quote_name
+    fields = [Run._meta.get_field(name) for name in changed]
+    assignments = ", ".join(f"{quote(f.column)} = %s" for f in fields)
+    params = [f.get_db_prep_save(getattr(run, f.attname), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {quote(Run._meta.db_table)} SET {assignments} WHERE {quote('id')} = %s",
+                       [*params, Run._meta.pk.get_db_prep_value(run.pk, connection)])
+
+
 @dataclass
 class _RunWriter:
     """Collects a locked run's new events and row changes; ``flush`` writes them at once."""
@@ -91,6 +127,10 @@ class _RunWriter:
     actor: str
     now: datetime
     events: list[LedgerEvent] = field(default_factory=list)
+    before: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.before = {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
 
     def emit(self, kind: str, stage: str = "", **fields) -> LedgerEvent:
         run = self.run
@@ -124,12 +164,10 @@ class _RunWriter:
         self.run.updated_at = self.now
         if insert:
             self.run.save(force_insert=True)
-        LedgerEvent.objects.bulk_create(self.events)
+        _events_insert(self.events)
         if not insert:
-            self.run.save(update_fields=[
-                "state", "current_stage", "stage_states", "event_count", "last_hash", "lease_owner",
-                "lease_expires_at", "updated_at", "ended_at", "decision", "decided_at", "retried_at",
-            ])
+            _run_update(self.run, self.before)
+        self.events, self.before = [], {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
 
 
 def _spec(workflow: Workflow) -> recovery.WorkflowSpec:
@@ -140,11 +178,66 @@ def _stage_status(run: Run) -> dict[str, str]:
     return {stage: entry.get("status") for stage, entry in (run.stage_states or {}).items()}
 
 
-def _lock_run(run_id) -> Run:
+def _converted(model, fields) -> list:
+    """(field, [converters]) pairs that turn raw database values into Python ones, as the ORM does."""
+    table = model._meta.db_table
+    return [(f, connection.ops.get_db_converters(f.get_col(table)) + f.get_db_converters(connection)) for f in fields]
+
+
+def _from_row(model, converted, values):
+    python_values = []
+    for (f, converters), value in zip(converted, values):
+        for convert in converters:
+            value = convert(value, f.get_col(model._meta.db_table), connection)
+        python_values.append(value)
+    return model.from_db(connection.alias, [f.attname for f, _ in converted], python_values)
+
+
+@functools.cache
+def _lock_statement(vendor: str):
+    """The hot path's one locking read, written once: run (without its inputs) + workflow, the id of
+    an earlier event with the given client_event_id, and the last seq as of the statement's snapshot."""
+    quote = connection.ops.quote_name
+    run_fields = [f for f in Run._meta.concrete_fields if f.name != "inputs"]
+    workflow_fields = list(Workflow._meta.concrete_fields)
+    events = quote(LedgerEvent._meta.db_table)
+    columns = [f"r.{quote(f.column)}" for f in run_fields] + [f"w.{quote(f.column)}" for f in workflow_fields]
+    sql = (
+        f"SELECT {', '.join(columns)}, "
+        f"(SELECT e.id FROM {events} e WHERE e.run_id = r.id AND e.client_event_id = %s LIMIT 1), "
+        f"(SELECT e.seq FROM {events} e WHERE e.run_id = r.id ORDER BY e.seq DESC LIMIT 1) "
+        f"FROM {quote(Run._meta.db_table)} r JOIN {quote(Workflow._meta.db_table)} w ON w.id = r.workflow_id "
+        f"WHERE r.id = %s" + (" FOR UPDATE OF r" if connection.features.has_select_for_update else "")
+    )
+    return sql, _converted(Run, run_fields), _converted(Workflow, workflow_fields)
+
+
+def _lock_run(run_id, *, client_event_id: str | None = None) -> Run:
+    """Lock the run row and read it with its workflow, in one statement (the ledger's hot path).
+
+    The same statement looks up an earlier event with ``client_event_id`` (``run.original_event_id``).
+    Under READ COMMITTED its subqueries read the snapshot taken before the lock wait, so when another
+    writer appended meanwhile (the last seq seen is not the locked row's ``event_count``) the lookup
+    is repeated.
+    """
     try:
-        return Run.objects.select_for_update(of=("self",)).select_related("workflow").get(id=run_id)
-    except (Run.DoesNotExist, ValueError, TypeError, DjangoValidationError):
+        run_uuid = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+    except (ValueError, TypeError, AttributeError):
         raise NotFound("run_not_found", f"No run with id {run_id}.")
+    sql, run_columns, workflow_columns = _lock_statement(connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [client_event_id, Run._meta.pk.get_db_prep_value(run_uuid, connection)])
+        row = cursor.fetchone()
+    if row is None:
+        raise NotFound("run_not_found", f"No run with id {run_id}.")
+    n = len(run_columns)
+    run = _from_row(Run, run_columns, row[:n])
+    run.workflow = _from_row(Workflow, workflow_columns, row[n:n + len(workflow_columns)])
+    run.original_event_id, snapshot_last_seq = row[-2], row[-1]
+    if client_event_id is not None and (snapshot_last_seq or 0) != run.event_count:
+        run.original_event_id = (LedgerEvent.objects.filter(run=run, client_event_id=client_event_id)
+                                 .values_list("id", flat=True).first())
+    return run
 
 
 # ---------------------------------------------------------------- trigger and decide
@@ -637,18 +730,18 @@ def _validate_event_body(run: Run, body: dict) -> tuple[str, str]:
 @transaction.atomic
 def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
     """Append an agent's event; returns (event, created). A retried client_event_id returns the original."""
-    run = _lock_run(run_id)
     client_event_id = body.get("client_event_id")
+    if client_event_id is not None and (not isinstance(client_event_id, str) or not client_event_id
+                                        or len(client_event_id) > 200):
+        raise Invalid("validation_error", "client_event_id must be a non-empty string of at most 200 characters.")
+    run = _lock_run(run_id, client_event_id=client_event_id)
     body_digest = digest(body)
-    if client_event_id is not None:
-        if not isinstance(client_event_id, str) or not client_event_id or len(client_event_id) > 200:
-            raise Invalid("validation_error", "client_event_id must be a non-empty string of at most 200 characters.")
-        original = LedgerEvent.objects.filter(run=run, client_event_id=client_event_id).first()
-        if original is not None:
-            if original.body_digest == body_digest:
-                return original, False
-            raise Conflict("client_event_id_mismatch",
-                           "This client_event_id was used with a different body.", seq=original.seq)
+    if client_event_id is not None and run.original_event_id is not None:
+        original = LedgerEvent.objects.get(id=run.original_event_id)
+        if original.body_digest == body_digest:
+            return original, False
+        raise Conflict("client_event_id_mismatch", "This client_event_id was used with a different body.",
+                       seq=original.seq)
     kind, stage = _validate_event_body(run, body)
     if run.state in TERMINAL_STATES and kind != "corrected":
         raise _illegal(run, f"The run is {run.state!r}; it accepts no more stage events.")
