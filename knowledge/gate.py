@@ -323,10 +323,9 @@ def evaluate(proposal: Mapping[str, Any], ctx: GateContext, policy: dict | None 
         return GateResult("rejected", list(reasons), [], cleaned, policy["version"])
 
     pending: list[str] = []
-    if conf_rules and conf_rules.get("review") and not ctx.actor_roles & set(conf_rules.get("reviewers", [])):
-        pending.append(conf_rules["review"])
-    if level and level.get("review") and not ctx.actor_roles & set(level.get("reviewers", [])):
-        pending.append(level["review"])
+    for rules in (conf_rules, level):  # a proposal from a `self_review` role is its own review
+        if rules and rules.get("review") and not ctx.actor_roles & set(rules.get("self_review", [])):
+            pending.append(rules["review"])
     if ctx.revoked_key_authority(cleaned["key"]) is False:
         pending.append(policy["revoked_key"]["review"])
     return GateResult("pending" if pending else "active", [], pending, cleaned, policy["version"])

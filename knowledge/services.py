@@ -38,6 +38,7 @@ SNAPSHOT_ONLY_FIELDS = frozenset({
     "store_version", "version", "status", "use_as", "needs_review", "actor", "created_at", "provenance",
     "policy_version", "reason", "pending_reasons", "reviews",
 })
+KEY_MAX_LENGTH = Claim._meta.get_field("key").max_length
 REFRESH_FIELDS = ["observed_at", "refresh_after", "source_refs", "statement", "ledger_event",
                   "retention_until", "derived_from", "reason"]
 
@@ -493,6 +494,8 @@ def _entries_check(entries) -> None:
         key, sv = entry.get("key"), entry.get("store_version")
         if not isinstance(key, str) or not key:
             errors.append({"index": i, "code": "key_missing", "detail": "An entry needs its key."})
+        elif len(key) > KEY_MAX_LENGTH:
+            errors.append({"index": i, "code": "key_too_long", "detail": f"Keys are at most {KEY_MAX_LENGTH} characters."})
         elif key in seen:
             errors.append({"index": i, "code": "duplicate_key", "detail": f"{key!r} appears twice."})
         else:

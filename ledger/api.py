@@ -4,7 +4,6 @@ import uuid
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
-from django.utils.dateparse import parse_datetime
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -518,7 +517,7 @@ class MetricsApi(APIView):
     @extend_schema(responses={200: OpenApiResponse(description="SPEC §7 metrics")})
     def get(self, request):
         since = request.query_params.get("since")
-        since_at = parse_datetime(since) if since else None
+        since_at = services.parse_moment(since) if since else None
         if since and since_at is None:
             raise Invalid("validation_error", "since must be an ISO 8601 date-time.")
         return Response(selectors.metrics(workflow_slug=request.query_params.get("workflow") or None,

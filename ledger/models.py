@@ -113,8 +113,9 @@ HOLDING_STATES = (
     "captured", "restore", "compare", "fresh", "resume", "verify_only", "execute",
     "checkpointed", "verify", "awaiting_approval", "compensate",
 )
-# Waiting for a human: the lease does not expire meanwhile.
-HUMAN_WAIT_STATES = frozenset({"awaiting_approval", "compensate", "escalated"})
+# States whose lease can expire (a run in `compensate` waits for on-call; while a high-impact
+# request is pending its lease is cleared, so it cannot expire while a human decides).
+LEASED_STATES = tuple(s for s in HOLDING_STATES if s != "compensate")
 
 
 class Trigger(models.TextChoices):

@@ -28,17 +28,18 @@ def effects_replay(events: Iterable[LedgerEvent], runs: dict, effect_stages: dic
         is_effect_stage = event.stage in effect_stages.get(workflow_id, ())
         ref = event.effect or {}
         current = effects.get(key) if key else None
+        if event.kind == "compensated":
+            for effect in effects.values():
+                if effect["scope"] == (workflow_id, intent, fingerprint) \
+                        and effect["status"] not in ("failed", "compensated"):
+                    effect["status"] = "compensated"
+            continue
         if event.kind == "started" and is_effect_stage and key:
             attempts = current["attempts"] + 1 if current else 1
             effects[key] = {"stage": event.stage, "run": run_id, "status": "attempted", "system": "",
                             "operation": "", "reference": "", "attempts": attempts,
                             "scope": (workflow_id, intent, fingerprint)}
         elif current is None:
-            if event.kind == "compensated":
-                for effect in effects.values():
-                    if effect["scope"] == (workflow_id, intent, fingerprint) \
-                            and effect["status"] not in ("failed", "compensated"):
-                        effect["status"] = "compensated"
             continue
         elif event.kind in ("succeeded", "unknown", "verified") and is_effect_stage:
             current["status"] = {"succeeded": "effective"}.get(event.kind, event.kind)

@@ -183,21 +183,23 @@ def recovery_decide(inp: RecoveryInput) -> Decision:
 
     cp = inp.latest_checkpoint
     budget_spent = inp.failed_runs_since_progress >= spec.max_retries
+    # Starting afresh keeps what the world already holds: verified effects of this fingerprint.
+    world = _done_status(spec, None, effects)
+    fresh = dict(resume_from=first_not_done(spec, world), stage_status=world)
     if cp is None:
         # 5. Nothing found (a failing first stage still escalates once the budget is spent).
         if budget_spent:
-            return Decision("escalated", "retry_budget_exhausted", resume_from=spec.stages[0] if spec.stages else None)
-        return Decision("fresh", "no_checkpoint", resume_from=spec.stages[0] if spec.stages else None)
+            return Decision("escalated", "retry_budget_exhausted", **fresh)
+        return Decision("fresh", "no_checkpoint", **fresh)
 
     # 4. Compare with the latest checkpoint of the intent.
     base = dict(prior_run=cp.run_id, checkpoint=cp.id)
-    first = spec.stages[0] if spec.stages else None
     if cp.expired:
-        return Decision("fresh", "checkpoint_expired", resume_from=first, **base)
+        return Decision("fresh", "checkpoint_expired", **fresh, **base)
     if cp.policy_version != inp.policy_version:
-        return Decision("fresh", "policy_changed", resume_from=first, **base)
+        return Decision("fresh", "policy_changed", **fresh, **base)
     if cp.input_fingerprint != fp:
-        return Decision("fresh", "input_changed", resume_from=first, **base)
+        return Decision("fresh", "input_changed", **fresh, **base)
     failed = _failed_assertions(inp, cp)
     if failed:
         return Decision("escalated", "checkpoint_inconsistent", failed_assertions=tuple(failed), **base)

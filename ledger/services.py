@@ -22,7 +22,7 @@ from django.utils.dateparse import parse_datetime
 from ledger import recovery
 from ledger.models import (
     HOLDING_STATES,
-    HUMAN_WAIT_STATES,
+    LEASED_STATES,
     STAGE_OUTCOME_KINDS,
     TERMINAL_STATES,
     UNVERIFIED_EFFECT_STATUSES,
@@ -156,7 +156,9 @@ class _RunWriter:
         return event
 
     def renew_lease(self) -> None:
-        if self.run.state not in TERMINAL_STATES:
+        """Every agent event renews the lease, except while a human decides a pending request."""
+        waiting_for_human = self.run.state == "awaiting_approval" and self.run.lease_expires_at is None
+        if self.run.state not in TERMINAL_STATES and not waiting_for_human:
             self.run.lease_owner = self.actor
             self.run.lease_expires_at = self.now + timedelta(seconds=self.run.workflow.lease_seconds)
 
@@ -318,6 +320,22 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
     return inp, context
 
 
+def _lease_expired(run: Run, now: datetime) -> bool:
+    return run.state in LEASED_STATES and run.lease_expires_at is not None and run.lease_expires_at <= now
+
+
+def _lock_workflow_and_run(run_id) -> tuple[Workflow, Run]:
+    """Lock in the order every writer uses: the workflow row first, then the run."""
+    try:
+        workflow_id = Run.objects.filter(id=run_id).values_list("workflow_id", flat=True).first()
+    except (ValueError, TypeError, DjangoValidationError):
+        workflow_id = None
+    if workflow_id is None:
+        raise NotFound("run_not_found", f"No run with id {run_id}.")
+    workflow = Workflow.objects.select_for_update().get(id=workflow_id)
+    return workflow, _lock_run(run_id)
+
+
 def _expire_dead_leases(*, workflow: Workflow, intent: str, now: datetime, exclude=None) -> list[Run]:
     """Lock the intent's holding/escalated runs; move those whose lease expired to ``failed``."""
     runs = list(Run.objects.select_for_update(of=("self",)).select_related("workflow")
@@ -325,7 +343,7 @@ def _expire_dead_leases(*, workflow: Workflow, intent: str, now: datetime, exclu
                 .exclude(id=exclude))
     alive = []
     for run in runs:
-        if run.state not in HUMAN_WAIT_STATES and run.lease_expires_at is not None and run.lease_expires_at <= now:
+        if _lease_expired(run, now):
             writer = _RunWriter(run, "system", now)
             writer.transition("failed", "lease_expired", lease_owner=run.lease_owner)
             writer.flush()
@@ -425,13 +443,12 @@ def runs_expire_leases(*, now: datetime | None = None) -> int:
     """Sweep: move runs whose executor went silent past the lease to ``failed``. Safe to run twice."""
     now = now or timezone.now()
     expired = 0
-    candidates = (Run.objects.filter(state__in=HOLDING_STATES, lease_expires_at__lte=now)
-                  .exclude(state__in=HUMAN_WAIT_STATES).values_list("id", flat=True)[:1000])
+    candidates = (Run.objects.filter(state__in=LEASED_STATES, lease_expires_at__lte=now)
+                  .values_list("id", flat=True)[:1000])
     for run_id in candidates:
         with transaction.atomic():
             run = _lock_run(run_id)
-            if run.state in HOLDING_STATES and run.state not in HUMAN_WAIT_STATES \
-                    and run.lease_expires_at and run.lease_expires_at <= now:
+            if _lease_expired(run, now):
                 writer = _RunWriter(run, "system", now)
                 writer.transition("failed", "lease_expired", lease_owner=run.lease_owner)
                 writer.flush()
@@ -452,22 +469,36 @@ def _validate_evidence(evidence) -> list[dict]:
             raise Invalid("invalid_evidence", f"Unknown evidence fields: {', '.join(sorted(unknown))}.")
         if "uri" in item and (not isinstance(item["uri"], str) or not item["uri"]):
             raise Invalid("invalid_evidence", "evidence uri must be a non-empty string.")
-        if "observed_at" in item:
-            if not isinstance(item["observed_at"], str) or parse_datetime(item["observed_at"]) is None:
-                raise Invalid("invalid_evidence", "evidence observed_at must be an ISO 8601 date-time.")
+        if "observed_at" in item and parse_moment(item["observed_at"]) is None:
+            raise Invalid("invalid_evidence", "evidence observed_at must be an ISO 8601 date-time with a timezone.")
         for text_field in ("digest", "excerpt"):
             if text_field in item and not isinstance(item[text_field], str):
                 raise Invalid("invalid_evidence", f"evidence {text_field} must be a string.")
     return evidence
 
 
+EFFECT_LIMITS = {"system": 200, "operation": 200, "reference": 1000}
+
+
 def _validate_effect(effect) -> dict | None:
     if effect is None:
         return None
-    if not isinstance(effect, dict) or set(effect) - {"system", "operation", "reference"} \
-            or not all(isinstance(v, str) for v in effect.values()):
-        raise Invalid("invalid_effect", "effect must be an object {system, operation, reference} of strings.")
+    if not isinstance(effect, dict) or set(effect) - set(EFFECT_LIMITS) or not all(
+            isinstance(v, str) and len(v) <= EFFECT_LIMITS[k] for k, v in effect.items()):
+        raise Invalid("invalid_effect", "effect must be an object {system, operation, reference} of strings "
+                                        "(at most 200, 200 and 1000 characters).")
     return effect
+
+
+def parse_moment(value) -> datetime | None:
+    """An aware ISO 8601 date-time, or None (also for well-formed but impossible dates like Feb 30)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = parse_datetime(value)
+    except ValueError:
+        return None
+    return moment if moment is not None and not timezone.is_naive(moment) else None
 
 
 def _effect_out(effect: Effect) -> dict:
@@ -532,10 +563,10 @@ def _claim_effect(app: _Append, event: LedgerEvent) -> Effect:
     run, now = app.run, app.writer.now
     key = event.idempotency_key
     existing = Effect.objects.select_for_update().filter(idempotency_key=key).first()
-    if existing is not None and existing.status != "failed":
+    if existing is not None and existing.status not in ("failed", "compensated"):
         raise Conflict("effect_exists", "This effect was already started; verify it, never re-execute it.",
                        effect=_effect_out(existing))
-    if existing is not None:
+    if existing is not None:  # it never happened, or it was undone: the key may be claimed again
         existing.run, existing.status, existing.attempts = run, "attempted", existing.attempts + 1
         existing.input_fingerprint, existing.stage = run.input_fingerprint, app.stage
         existing.system = existing.operation = existing.reference = ""
@@ -709,17 +740,20 @@ _HANDLERS = {
 }
 
 
+STRING_LIMITS = {"reason_code": 100, "client_event_id": 200, "idempotency_key": 200}
+
+
 def _validate_event_body(run: Run, body: dict) -> tuple[str, str]:
     kind, stage = body.get("kind"), body.get("stage") or ""
-    if kind not in EventKind.values:
+    if not isinstance(kind, str) or kind not in EventKind.values:
         raise Invalid("unknown_kind", f"Unknown event kind {kind!r}.")
     if kind not in AGENT_KINDS and kind != "compensated":
         raise Invalid("kind_reserved", f"Kind {kind!r} is written by Stateboard itself, not posted.")
-    if kind != "corrected" and stage not in run.workflow.stages:
+    if not isinstance(stage, str) or (stage not in run.workflow.stages and not (kind == "corrected" and stage == "")):
         raise Invalid("unknown_stage", f"Stage {stage!r} is not a stage of workflow {run.workflow.slug!r}.")
-    for name in ("reason_code", "client_event_id", "idempotency_key"):
-        if body.get(name) is not None and not isinstance(body[name], str):
-            raise Invalid("validation_error", f"{name} must be a string.")
+    for name, limit in STRING_LIMITS.items():
+        if body.get(name) is not None and (not isinstance(body[name], str) or len(body[name]) > limit):
+            raise Invalid("validation_error", f"{name} must be a string of at most {limit} characters.")
     if body.get("data") is not None and not isinstance(body["data"], dict):
         raise Invalid("validation_error", "data must be an object.")
     if len(canonical_json(body.get("data") or {})) > 16 * 1024:
@@ -769,12 +803,8 @@ def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
 def _event_effect_key(run: Run, kind: str, stage: str, body: dict) -> str:
     """Events on an effect stage carry its idempotency key (the default key unless the agent names one)."""
     key = body.get("idempotency_key")
-    if stage not in run.workflow.effect_stages:
+    if stage not in run.workflow.effect_stages or key:
         return key or ""
-    if key:
-        if len(key) > 200:
-            raise Invalid("invalid_idempotency_key", "idempotency_key must be at most 200 characters.")
-        return key
     if kind != "started":
         key = (run.stage_states.get(stage) or {}).get("effect_key")
     return key or effect_key_default(workflow_slug=run.workflow.slug, intent=run.intent,
@@ -870,14 +900,23 @@ def checkpoint_validate(run: Run, payload: dict, *, now: datetime) -> tuple[dict
     for name in ("observed_effects", "assertions", "pending_intents", "allowed_next_stages"):
         if name in payload and not isinstance(payload[name], list):
             raise Invalid("validation_error", f"{name} must be a list.")
+    for name in ("observed_effects", "allowed_next_stages"):
+        if not all(isinstance(item, str) and len(item) <= 200 for item in payload.get(name, [])):
+            raise Invalid("validation_error", f"{name} must be a list of strings.")
+    for assertion in payload.get("assertions", []):
+        if not isinstance(assertion, dict) or assertion.get("stage") not in run.workflow.stages \
+                or set(assertion) - {"stage", "pointer", "digest"} \
+                or not all(isinstance(assertion.get(k, ""), str) for k in ("pointer", "digest")):
+            raise Invalid("validation_error", "assertions must be objects {stage, pointer, digest} naming "
+                                              "stages of this workflow.")
     boundary = payload.get("version_boundary")
     if boundary is not None and (not isinstance(boundary, int) or isinstance(boundary, bool) or boundary < 0):
         raise Invalid("validation_error", "version_boundary must be a non-negative integer.")
     expires_at = None
     if payload.get("expires_at") is not None:
-        expires_at = parse_datetime(str(payload["expires_at"]))
+        expires_at = parse_moment(payload["expires_at"])
         limit = now + timedelta(seconds=run.workflow.checkpoint_ttl_seconds)
-        if expires_at is None or timezone.is_naive(expires_at) or not now < expires_at <= limit:
+        if expires_at is None or not now < expires_at <= limit:
             raise Invalid("validation_error", "expires_at must be an aware date-time within the workflow's checkpoint TTL.")
     clean = {k: v for k, v in payload.items() if k not in ("created_at", "expires_at")}
     clean.update(input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
@@ -994,10 +1033,13 @@ def approval_request(*, run_id, kind: str, stage: str, action, actor: str, user=
         requested_by=actor, requested_by_user=user, created_at=now,
         deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
     writer.emit(EventKind.APPROVAL_REQUESTED, stage, data={"approval": str(approval.id), "kind": kind, "action": action})
-    if kind == Approval.Kind.HIGH_IMPACT and run.state != "awaiting_approval":
-        run.current_stage = stage
-        writer.transition("awaiting_approval", "approval_requested", approval=str(approval.id))
-    writer.renew_lease()
+    if kind == Approval.Kind.HIGH_IMPACT:
+        if run.state != "awaiting_approval":
+            run.current_stage = stage
+            writer.transition("awaiting_approval", "approval_requested", approval=str(approval.id))
+        run.lease_expires_at = None  # no lease expiry while a human decides
+    else:
+        writer.renew_lease()
     writer.flush()
     return approval, True
 
@@ -1048,7 +1090,7 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Ap
     except (Approval.DoesNotExist, ValueError, TypeError, DjangoValidationError):
         raise NotFound("approval_not_found", f"No approval with id {approval_id}.")
     actor, verb = actor_for(user), ("approve" if approve else "reject")
-    run = _lock_run(run_id)
+    _, run = _lock_workflow_and_run(run_id)
     approval = Approval.objects.select_for_update().get(id=approval_id)
     allowed = {ONCALL} if approval.kind == Approval.Kind.ESCALATION else {EDITOR}
     role = acting_role(user, allowed)
@@ -1079,6 +1121,9 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Ap
     writer = _RunWriter(run, actor, now)
     writer.emit(EventKind.APPROVED if approve else EventKind.REJECTED, approval.stage, reason_code=verb,
                 data={"approval": str(approval.id), "kind": approval.kind, "role": role, "reason": reason})
+    if approve and run.state == "awaiting_approval":
+        # The human has decided: the agent's lease runs again, so a dead agent is still noticed.
+        run.lease_expires_at = now + timedelta(seconds=run.workflow.lease_seconds)
     if not approve:
         if approval.kind == Approval.Kind.HIGH_IMPACT and run.state == "awaiting_approval":
             writer.transition("abandoned", "approval_rejected", reason=reason)
@@ -1120,12 +1165,11 @@ def _oncall(user) -> tuple[str, str]:
 @transaction.atomic
 def run_retry(*, run_id, user, reason: str = "") -> Run:
     """On-call retry of an escalated run: the retry budget starts afresh and the run is decided again."""
-    run = _lock_run(run_id)
     actor, role = _oncall(user)
+    workflow, run = _lock_workflow_and_run(run_id)
     if run.state != "escalated":
         raise _illegal(run, f"Only an escalated run can be retried (this one is {run.state!r}).")
     now = timezone.now()
-    workflow = Workflow.objects.select_for_update().get(id=run.workflow_id)
     writer = _RunWriter(run, actor, now)
     writer.emit(EventKind.RETRIED, run.current_stage, reason_code="oncall_retry", data={"role": role, "reason": reason})
     run.retried_at = now
@@ -1182,10 +1226,15 @@ def compensation_plan(run: Run) -> dict | None:
 @transaction.atomic
 def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | None]:
     """On-call proposes the compensation for approval; escalates when it cannot be done deterministically."""
-    run = _lock_run(run_id)
     actor, role = _oncall(user)
+    _, run = _lock_workflow_and_run(run_id)
     if run.state not in ("escalated", "compensate"):
         raise _illegal(run, f"Only an escalated run (or one in 'compensate') can be compensated; this one is {run.state!r}.")
+    holder = (Run.objects.filter(workflow_id=run.workflow_id, intent=run.intent, state__in=HOLDING_STATES)
+              .exclude(id=run.id).values_list("id", flat=True).first())
+    if holder is not None:
+        raise Conflict("active_run_exists", "Another run of this intent is active; compensate once it has finished.",
+                       run=str(holder))
     now = timezone.now()
     writer = _RunWriter(run, actor, now)
     if run.state == "escalated":

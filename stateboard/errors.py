@@ -9,6 +9,8 @@ from rest_framework import exceptions, status
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
+from stateboard.canonical import jsonb_normalize
+
 logger = logging.getLogger(__name__)
 
 
@@ -80,7 +82,7 @@ def decode_json_body(raw: bytes):
     except UnicodeDecodeError:
         raise ParseFailed("malformed_json", "The body is not valid UTF-8.")
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_refuse_constant)
     except RecursionError:
         raise ParseFailed("too_deep", f"JSON nesting deeper than {settings.API_MAX_DEPTH} levels.")
     except ValueError as exc:
@@ -90,7 +92,14 @@ def decode_json_body(raw: bytes):
         raise ParseFailed("too_deep", f"JSON nesting deeper than {settings.API_MAX_DEPTH} levels.")
     if has_nul:
         raise ParseFailed("nul_byte", "A string holds a NUL character (\\u0000); it is refused, never sanitised.")
-    return value
+    try:
+        return jsonb_normalize(value)
+    except ValueError as exc:
+        raise ParseFailed("malformed_json", f"Malformed JSON: {exc}.")
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
 
 
 class StrictJSONParser(JSONParser):

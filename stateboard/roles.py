@@ -54,6 +54,8 @@ class RolePermission(BasePermission):
     message = "Your role may not do this."
 
     def has_permission(self, request, view):
+        if request.method.lower() not in view.http_method_names or not hasattr(view, request.method.lower()):
+            return True  # let DRF answer 405 for a method the view does not serve
         rule = getattr(view, "roles", {}).get(request.method)
         if request.method in ("HEAD", "OPTIONS") and rule is None:
             rule = getattr(view, "roles", {}).get("GET")

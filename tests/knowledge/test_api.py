@@ -311,3 +311,16 @@ def test_claim_views_declare_roles_for_every_method():
     for view in views:
         served = {m.upper() for m in view.http_method_names if hasattr(view, m) and m not in ("options", "head")}
         assert served and served <= set(view.roles), view
+
+
+def test_reconcile_refuses_an_over_long_key_without_writing():
+    """A malformed snapshot entry is a 422 listing the entry, never a 500."""
+    from knowledge.models import ClaimHead
+    from tests.factories import client_for, make_agent
+
+    _, token = make_agent()
+    response = client_for(token).post("/api/v1/knowledge/reconcile/",
+                                      {"entries": [{"key": "k" * 301, "store_version": 1}]}, format="json")
+    assert response.status_code == 422 and response.json()["code"] == "entries_invalid"
+    assert response.json()["errors"][0]["code"] == "key_too_long"
+    assert not ClaimHead.objects.exists()

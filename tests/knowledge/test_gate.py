@@ -60,6 +60,8 @@ CASES = [
      ctx(OWNER_ROLES), "active", [], []),
     ("inference_from_agent_waits", good(confidence="engineering-inference"), ctx(), "pending", [],
      ["engineering_inference_review"]),
+    ("inference_from_owner_still_waits", good(confidence="engineering-inference"), ctx(OWNER_ROLES), "pending", [],
+     ["engineering_inference_review"]),
     ("inference_and_sensitive_wait_for_both",
      good(confidence="engineering-inference", sensitivity="sensitive", retention_until=iso(NOW + 9 * D)),
      ctx(), "pending", [], ["engineering_inference_review", "sensitive_needs_owner"]),
