@@ -230,58 +230,85 @@ class Measure:
         return self.ops / self.seconds if self.seconds > 0 else 0.0
 
 
+def _client_loop(i: int, prepare, step, duration: float, cleanup, wait) -> tuple:
+    """One client: untimed ``prepare``, then ``step`` until ``duration`` has passed; (count, start, end, extra)."""
+    ctx = prepare(i)
+    wait()
+    start = time.perf_counter()
+    deadline, done = start + duration, 0
+    while True:
+        step(ctx)
+        done += 1
+        now = time.perf_counter()
+        if now >= deadline:
+            break
+    return done, start, now, (cleanup(ctx) if cleanup is not None else None)
+
+
+def _close_django_connections() -> None:
+    from django.db import connections
+
+    for conn in connections.all():
+        conn.close()
+        close_pool = getattr(conn, "close_pool", None)
+        if close_pool is not None:
+            close_pool()
+
+
 def run_clients(n: int, prepare, step, duration: float, cleanup=None) -> Measure:
-    """``n`` threads: ``ctx = prepare(i)`` untimed, then ``step(ctx)`` until ``duration`` has passed.
+    """``n`` clients: ``ctx = prepare(i)`` untimed, then ``step(ctx)`` until ``duration`` has passed.
 
-    All threads start together (a barrier); the rate is all steps over the span from the first
-    start to the last finish. ``cleanup(ctx)`` runs untimed; every thread closes its Django
-    connection when it ends.
+    One client runs in this process; several run as forked processes (each with its own database
+    connection), so Python work uses every core as real agents would. All start together (a
+    barrier); the rate is all steps over the span from the first start to the last finish.
+    ``cleanup(ctx)`` runs untimed.
     """
-    from django.db import connection
-
-    barrier = threading.Barrier(n)
-    counts, starts, ends, errors, extras = [0] * n, [0.0] * n, [0.0] * n, [], [None] * n
-
-    def worker(i: int) -> None:
-        ctx = None
+    if n == 1:
         try:
-            try:
-                ctx = prepare(i)
-            except BaseException:
-                barrier.abort()
-                raise
-            barrier.wait(timeout=600)
-            start = time.perf_counter()
-            deadline = start + duration
-            done = 0
-            while True:
-                step(ctx)
-                done += 1
-                now = time.perf_counter()
-                if now >= deadline:
-                    break
-            counts[i], starts[i], ends[i] = done, start, now
-            if cleanup is not None:
-                extras[i] = cleanup(ctx)
-        except threading.BrokenBarrierError:
-            pass
+            done, start, end, extra = _client_loop(0, prepare, step, duration, cleanup, lambda: None)
         except BaseException:
-            errors.append(traceback.format_exc())
+            raise BenchError("A benchmark client failed:\n" + traceback.format_exc())
         finally:
-            connection.close()
+            _close_django_connections()
+        return Measure(done, end - start, dict(extra or {}))
 
-    threads = [threading.Thread(target=worker, args=(i,), name=f"bench-{i}") for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    import multiprocessing
+    import os
+
+    context = multiprocessing.get_context("fork")
+    barrier, results = context.Barrier(n), context.Queue()
+    _close_django_connections()  # children must not share the parent's connections or pool
+
+    def child(i: int) -> None:
+        code = 0
+        try:
+            results.put(("ok", _client_loop(i, prepare, step, duration, cleanup, lambda: barrier.wait(600))))
+        except BaseException:
+            barrier.abort()
+            results.put(("error", traceback.format_exc()))
+            code = 1
+        finally:
+            _close_django_connections()
+            results.close()
+            results.join_thread()  # flush the queue before leaving without the parent's atexit handlers
+            os._exit(code)
+
+    processes = [context.Process(target=child, args=(i,), name=f"bench-{i}") for i in range(n)]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=900) for _ in processes]
+    for process in processes:
+        process.join()
+    errors = [detail for status, detail in outcomes if status == "error"]
     if errors:
         raise BenchError("A benchmark client failed:\n" + errors[0])
+    loops = [detail for _, detail in outcomes]
     extra: dict = {}
-    for item in extras:
+    for *_, item in loops:
         for key, value in (item or {}).items():
             extra[key] = extra.get(key, 0) + value
-    return Measure(sum(counts), max(ends) - min(starts), extra)
+    return Measure(sum(done for done, *_ in loops), max(end for _, _, end, _ in loops) - min(s for _, s, _, _ in loops),
+                   extra)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -976,7 +1003,7 @@ def run(*, out, scale: float = 1.0, skip_http: bool = False, skip_load: bool = F
                 version, sync, buffers = cur.fetchone()
             say(f"PostgreSQL: {version.split(',')[0]}; synchronous_commit={sync}, shared_buffers={buffers}; "
                 f"{os.cpu_count()} CPUs; scale={scale:g}, reps={reps}, {duration:g} s per measurement, "
-                f"{clients} clients (threads, one connection each); load average {_loadavg()}")
+                f"{clients} clients (processes, one connection each); load average {_loadavg()}")
             raw_table_create()
             try:
                 stream_workflow()

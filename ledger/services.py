@@ -86,23 +86,25 @@ def event_compute_hash(event: LedgerEvent) -> str:
 
 RUN_MUTABLE_FIELDS = ("state", "current_stage", "stage_states", "event_count", "last_hash", "lease_owner",
                       "lease_expires_at", "updated_at", "ended_at", "decision", "decided_at", "retried_at")
-EVENT_INSERT_FIELDS = [f for f in LedgerEvent._meta.concrete_fields if not f.primary_key]
-
-
-def _events_insert(events: list[LedgerEvent]) -> None:
-    """One multi-row INSERT … RETURNING id (the ledger's hot path; bulk_create costs more in Python)."""
-    if not events:
-        return
+def _rows_insert(model, objects: list, *, skip_conflicts: bool = False) -> int:
+    """One multi-row INSERT … RETURNING id, setting each object's id (the ledger's hot path; bulk_create
+    costs several times more Python). With ``skip_conflicts``, rows that hit a unique constraint are
+    skipped (``ON CONFLICT DO NOTHING``) and keep ``id=None``; returns how many rows were inserted."""
+    if not objects:
+        return 0
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(f.column) for f in EVENT_INSERT_FIELDS)
-    row = "(" + ", ".join(["%s"] * len(EVENT_INSERT_FIELDS)) + ")"
-    params = [f.get_db_prep_save(getattr(e, f.attname), connection) for e in events for f in EVENT_INSERT_FIELDS]
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for obj in objects for f in fields]
+    conflict = " ON CONFLICT DO NOTHING" if skip_conflicts else ""
     with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {quote(LedgerEvent._meta.db_table)} ({columns}) VALUES "
-                       f"{', '.join([row] * len(events))} RETURNING {quote('id')}", params)
-        for event, (event_id,) in zip(events, cursor.fetchall()):
-            event.id = event_id
-            event._state.adding = False
+        cursor.execute(f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+                       f"VALUES {', '.join([row] * len(objects))}{conflict} RETURNING {quote('id')}", params)
+        returned = cursor.fetchall()
+    if len(returned) == len(objects):
+        for obj, (pk,) in zip(objects, returned):
+            obj.id, obj._state.adding = pk, False
+    return len(returned)
 
 
 def _run_update(run: Run, before: dict) -> None:
@@ -166,7 +168,7 @@ class _RunWriter:
         self.run.updated_at = self.now
         if insert:
             self.run.save(force_insert=True)
-        _events_insert(self.events)
+        _rows_insert(LedgerEvent, self.events)
         if not insert:
             _run_update(self.run, self.before)
         self.events, self.before = [], {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
@@ -519,6 +521,7 @@ class _Append:
     body: dict
     stage: str
     kind: str
+    permit: Approval | None = None  # found and checked before the event is written, spent with it
 
     @property
     def run(self) -> Run:
@@ -539,15 +542,32 @@ class _Append:
         entry.update(status=status, pointer=f"ledger:{self.run.id}/{event.seq}", digest=event.hash, **extra)
         self.run.stage_states = {**self.run.stage_states, self.stage: entry}
 
-    def unverified_effect(self) -> Effect | None:
+    def _effects(self):
         run = self.run
-        key = self.body.get("idempotency_key") or (run.stage_states.get(self.stage) or {}).get("effect_key")
-        effects = Effect.objects.select_for_update().filter(
-            workflow_id=run.workflow_id, intent=run.intent, input_fingerprint=run.input_fingerprint,
-            stage=self.stage, status__in=UNVERIFIED_EFFECT_STATUSES)
+        return Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
+                                     input_fingerprint=run.input_fingerprint, stage=self.stage)
+
+    def effect_key(self) -> str | None:
+        """The stage's effect: named by the agent, recorded when the run claimed it, or looked up."""
+        key = self.body.get("idempotency_key") or (self.run.stage_states.get(self.stage) or {}).get("effect_key")
         if key:
-            effects = effects.filter(idempotency_key=key)
-        return effects.first()
+            return key
+        return (self._effects().filter(status__in=UNVERIFIED_EFFECT_STATUSES)
+                .values_list("idempotency_key", flat=True).first())
+
+    def has_unverified_effect(self) -> bool:
+        key = self.effect_key()
+        return bool(key) and self._effects().filter(idempotency_key=key, status__in=UNVERIFIED_EFFECT_STATUSES).exists()
+
+    def effect_set(self, status: str, event: LedgerEvent, *, only_from=UNVERIFIED_EFFECT_STATUSES,
+                   ref: dict | None = None) -> str | None:
+        """Move this stage's effect to ``status`` if it is in ``only_from`` (one UPDATE); its key, or None."""
+        key = self.effect_key()
+        if not key:
+            return None
+        changes = {"status": status, "last_seq": event.seq, "updated_at": self.writer.now, **(ref or {})}
+        updated = self._effects().filter(idempotency_key=key, status__in=only_from).update(**changes)
+        return key if updated else None
 
     def after_pass(self, event: LedgerEvent) -> None:
         """A stage passed: server checkpoint, then completed when no stage is left."""
@@ -559,43 +579,29 @@ class _Append:
             self.writer.transition("completed", "all_stages_done")
 
 
-def _claim_effect(app: _Append, event: LedgerEvent) -> Effect:
-    run, now = app.run, app.writer.now
-    key = event.idempotency_key
-    existing = Effect.objects.select_for_update().filter(idempotency_key=key).first()
-    if existing is not None and existing.status not in ("failed", "compensated"):
+def _claim_effect(app: _Append, event: LedgerEvent) -> str:
+    """Claim the effect key: a new row, or one whose effect never happened or was undone."""
+    run, now, key = app.run, app.writer.now, event.idempotency_key
+    claim = Effect(idempotency_key=key, workflow_id=run.workflow_id, intent=run.intent,
+                   input_fingerprint=run.input_fingerprint, stage=app.stage, run_id=run.id, status="attempted",
+                   claimed_seq=event.seq, last_seq=event.seq, created_at=now, updated_at=now)
+    if _rows_insert(Effect, [claim], skip_conflicts=True):
+        return key
+    existing = Effect.objects.select_for_update().get(idempotency_key=key)
+    if existing.status not in ("failed", "compensated"):
         raise Conflict("effect_exists", "This effect was already started; verify it, never re-execute it.",
                        effect=_effect_out(existing))
-    if existing is not None:  # it never happened, or it was undone: the key may be claimed again
-        existing.run, existing.status, existing.attempts = run, "attempted", existing.attempts + 1
-        existing.input_fingerprint, existing.stage = run.input_fingerprint, app.stage
-        existing.system = existing.operation = existing.reference = ""
-        existing.claimed_seq = existing.last_seq = event.seq
-        existing.updated_at = now
-        existing.save()
-        return existing
-    try:
-        with transaction.atomic():
-            return Effect.objects.create(
-                idempotency_key=key, workflow_id=run.workflow_id, intent=run.intent,
-                input_fingerprint=run.input_fingerprint, stage=app.stage, run=run, status="attempted",
-                claimed_seq=event.seq, last_seq=event.seq, created_at=now, updated_at=now)
-    except IntegrityError:
-        existing = Effect.objects.get(idempotency_key=key)
-        raise Conflict("effect_exists", "This effect was already started; verify it, never re-execute it.",
-                       effect=_effect_out(existing))
+    existing.run, existing.status, existing.attempts = run, "attempted", existing.attempts + 1
+    existing.input_fingerprint, existing.stage = run.input_fingerprint, app.stage
+    existing.system = existing.operation = existing.reference = ""
+    existing.claimed_seq = existing.last_seq = event.seq
+    existing.updated_at = now
+    existing.save()
+    return key
 
 
-def _effect_update(effect: Effect, *, status: str, seq: int, now: datetime, ref: dict | None = None) -> None:
-    effect.status, effect.last_seq, effect.updated_at = status, seq, now
-    if ref:
-        effect.system = ref.get("system", effect.system)
-        effect.operation = ref.get("operation", effect.operation)
-        effect.reference = ref.get("reference", effect.reference)
-    effect.save(update_fields=["status", "last_seq", "updated_at", "system", "operation", "reference"])
-
-
-def _on_started(app: _Append, event: LedgerEvent) -> None:
+def _prepare_started(app: _Append) -> dict:
+    """Checks that need no write, before the event exists; returns data the event records."""
     run, stage = app.run, app.stage
     if run.state == "awaiting_approval":
         if run.current_stage != stage:
@@ -607,13 +613,19 @@ def _on_started(app: _Append, event: LedgerEvent) -> None:
     else:
         raise _illegal(run, f"A stage cannot start while the run is {run.state!r}.")
     if stage in run.workflow.approval_stages:
-        _permit_consume(app, event)
+        app.permit = _permit_find(app, kind=Approval.Kind.HIGH_IMPACT)
+        return {"approval": str(app.permit.id)}
+    return {}
+
+
+def _on_started(app: _Append, event: LedgerEvent) -> None:
+    if app.permit is not None:
+        _permit_spend(app.permit, event)
     if app.is_effect_stage():
-        effect = _claim_effect(app, event)
-        app.mark("started", event, effect_key=effect.idempotency_key)
+        app.mark("started", event, effect_key=_claim_effect(app, event))
     else:
         app.mark("started", event)
-    run.current_stage = stage
+    app.run.current_stage = app.stage
     app.writer.transition("execute")
 
 
@@ -630,10 +642,8 @@ def _on_succeeded(app: _Append, event: LedgerEvent) -> None:
         if not app.body.get("effect"):
             raise Invalid("effect_required", f"succeeded on effect stage {app.stage!r} must carry the effect "
                                              "{system, operation, reference}.")
-        effect = app.unverified_effect()
-        if effect is None:
+        if app.effect_set("effective", event, ref=event.effect) is None:
             raise _illegal(app.run, "No claimed effect for this stage.")
-        _effect_update(effect, status="effective", seq=event.seq, now=app.writer.now, ref=event.effect)
     app.mark("succeeded", event)
     app.after_pass(event)
     if app.is_effect_stage():
@@ -652,9 +662,7 @@ def _on_skipped(app: _Append, event: LedgerEvent) -> None:
     else:
         _require_executing(app)
         if app.is_effect_stage():
-            effect = app.unverified_effect()
-            if effect is not None and effect.status == "attempted":
-                _effect_update(effect, status="failed", seq=event.seq, now=app.writer.now)
+            app.effect_set("failed", event, only_from=("attempted",))  # skipped after start: it never happened
     app.mark("skipped", event)
     app.after_pass(event)
     app.finish_if_done()
@@ -664,20 +672,18 @@ def _on_failed(app: _Append, event: LedgerEvent) -> None:
     run, now = app.run, app.writer.now
     if run.state == "execute" and run.current_stage == app.stage:
         if app.is_effect_stage():
-            effect = app.unverified_effect()
-            if effect is not None:
-                _effect_update(effect, status="failed", seq=event.seq, now=now)
+            app.effect_set("failed", event)
         app.mark("failed", event)
         app.writer.transition("failed", event.reason_code or "stage_failed")
         return
-    effect = app.unverified_effect() if app.is_effect_stage() else None
-    if run.state not in ("verify", "verify_only", "checkpointed") or effect is None:
+    if run.state not in ("verify", "verify_only", "checkpointed") or not (
+            app.is_effect_stage() and app.has_unverified_effect()):
         raise _illegal(run, f"'failed' on {app.stage!r} is not allowed while the run is {run.state!r}.")
     run.current_stage = app.stage
     if run.state != "verify":
         app.writer.transition("verify")
     if event.reason_code == "effect_absent":
-        _effect_update(effect, status="failed", seq=event.seq, now=now)
+        app.effect_set("failed", event)
         app.mark("failed", event)
         app.writer.transition("checkpointed", "effect_absent")
     else:
@@ -688,10 +694,8 @@ def _on_unknown(app: _Append, event: LedgerEvent) -> None:
     _require_executing(app)
     if not app.is_effect_stage():
         raise Invalid("unknown_needs_effect_stage", "'unknown' is for effect stages whose outcome was not observed.")
-    effect = app.unverified_effect()
-    if effect is None:
+    if app.effect_set("unknown", event, ref=event.effect) is None:
         raise _illegal(app.run, "No claimed effect for this stage.")
-    _effect_update(effect, status="unknown", seq=event.seq, now=app.writer.now, ref=event.effect)
     app.mark("unknown", event)
     app.writer.transition("verify", "effect_unknown")
 
@@ -706,17 +710,17 @@ def _on_verified(app: _Append, event: LedgerEvent) -> None:
         app.after_pass(event)
         app.finish_if_done()
         return
-    effect = app.unverified_effect()
     executing = run.state == "execute" and run.current_stage == app.stage
-    if effect is None or not (executing or run.state in ("verify", "verify_only", "checkpointed")):
+    key = (app.effect_set("verified", event, ref=event.effect)
+           if executing or run.state in ("verify", "verify_only", "checkpointed") else None)
+    if key is None:
         raise _illegal(run, f"Nothing to verify on {app.stage!r} while the run is {run.state!r}.")
     run.current_stage = app.stage
     if executing:
         app.writer.transition("checkpointed")
     if run.state != "verify":
         app.writer.transition("verify")
-    _effect_update(effect, status="verified", seq=event.seq, now=now, ref=event.effect)
-    app.mark("verified", event, effect_key=effect.idempotency_key)
+    app.mark("verified", event, effect_key=key)
     checkpoint = _server_checkpoint(run, now=now)
     if app.next_stage() is None:
         app.writer.transition("completed", "all_stages_done", checkpoint=checkpoint.id)
@@ -734,10 +738,6 @@ def _on_corrected(app: _Append, event: LedgerEvent) -> None:
         raise Invalid("invalid_correction", "A correction needs data.corrects: the seq of an earlier event of this run.")
 
 
-_HANDLERS = {
-    "started": _on_started, "succeeded": _on_succeeded, "skipped": _on_skipped, "failed": _on_failed,
-    "unknown": _on_unknown, "verified": _on_verified, "proposed": _on_proposed, "corrected": _on_corrected,
-}
 
 
 STRING_LIMITS = {"reason_code": 100, "client_event_id": 200, "idempotency_key": 200}
@@ -781,14 +781,15 @@ def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
         raise _illegal(run, f"The run is {run.state!r}; it accepts no more stage events.")
     now = timezone.now()
     writer = _RunWriter(run, actor, now)
+    app = _Append(writer, body, stage, kind)
+    recorded = _PREPARE[kind](app) if kind in _PREPARE else {}  # e.g. the approval a start spends
     event = writer.emit(
-        kind, stage, reason_code=body.get("reason_code") or "", data=body.get("data") or {},
+        kind, stage, reason_code=body.get("reason_code") or "", data={**(body.get("data") or {}), **recorded},
         effect=_validate_effect(body.get("effect")), evidence=_validate_evidence(body.get("evidence")),
         client_event_id=client_event_id, body_digest=body_digest,
         idempotency_key=_event_effect_key(run, kind, stage, body),
     )
-    handler = _on_compensated if kind == "compensated" else _HANDLERS[kind]
-    handler(_Append(writer, body, stage, kind), event)
+    _HANDLERS[kind](app, event)
     writer.renew_lease()
     writer.flush()
     claim_uris = [e["uri"] for e in event.evidence if e.get("uri", "").startswith("claim:")]
@@ -842,11 +843,13 @@ def _checkpoint_insert(run: Run, *, payload: dict, source: str, now: datetime,
     payload = {**payload, "created_at": _iso(now), "expires_at": _iso(expires_at)}
     if version_boundary is not None:
         payload["version_boundary"] = version_boundary
-    return Checkpoint.objects.create(
-        workflow_id=run.workflow_id, intent=run.intent, run=run, source=source, payload=payload,
+    checkpoint = Checkpoint(
+        workflow_id=run.workflow_id, intent=run.intent, run_id=run.id, source=source, payload=payload,
         input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
         env_fingerprint=run.env_fingerprint, version_boundary=version_boundary,
         created_at=now, expires_at=expires_at)
+    _rows_insert(Checkpoint, [checkpoint])
+    return checkpoint
 
 
 def _looks_like_transcript(value) -> str | None:
@@ -1044,32 +1047,34 @@ def approval_request(*, run_id, kind: str, stage: str, action, actor: str, user=
     return approval, True
 
 
-def _permit_consume(app: _Append, event: LedgerEvent) -> None:
-    """Starting an approval stage needs a valid, unconsumed permit for exactly this action."""
+def _permit_find(app: _Append, *, kind: str) -> Approval:
+    """The approved, unconsumed permit for exactly this action, policy, input and deadline, locked."""
     run, now = app.run, app.writer.now
-    permit = (Approval.objects.select_for_update()
-              .filter(run__workflow_id=run.workflow_id, run__intent=run.intent, stage=app.stage,
-                      kind=Approval.Kind.HIGH_IMPACT, status="approved", consumed_at__isnull=True)
-              .order_by("-decided_at").first())
+    permits = Approval.objects.select_for_update().filter(kind=kind, status="approved", consumed_at__isnull=True)
+    if kind == Approval.Kind.HIGH_IMPACT:  # a permit outlives the run that asked for it
+        permits = permits.filter(run__workflow_id=run.workflow_id, run__intent=run.intent, stage=app.stage)
+    else:
+        permits = permits.filter(run=run)
+    permit = permits.order_by("-decided_at").first()
     if permit is None:
-        raise Conflict("approval_required", f"Stage {app.stage!r} needs an approved request before it starts.")
+        raise Conflict("approval_required", f"{app.kind!r} on {app.stage!r} needs an approved request first.")
     action = app.body.get("action")
     if action is None:
-        raise Invalid("action_required", "Starting an approval stage must carry the approved action object.")
-    reasons = []
-    if not isinstance(action, dict) or digest(action) != permit.action_digest:
-        reasons.append("action_changed")
-    if permit.policy_version != run.workflow.policy_version or permit.policy_version != run.policy_version:
-        reasons.append("policy_changed")
-    if permit.input_fingerprint != run.input_fingerprint:
-        reasons.append("inputs_changed")
-    if now > permit.deadline:
-        reasons.append("deadline_passed")
+        raise Invalid("action_required", f"{app.kind!r} on {app.stage!r} must carry the approved action object.")
+    reasons = [reason for reason, void in (
+        ("action_changed", not isinstance(action, dict) or digest(action) != permit.action_digest),
+        ("policy_changed", permit.policy_version not in (run.policy_version,) or
+         permit.policy_version != run.workflow.policy_version),
+        ("inputs_changed", permit.input_fingerprint != run.input_fingerprint),
+        ("deadline_passed", now > permit.deadline)) if void]
     if reasons:
-        raise Conflict("approval_void", "The approval no longer covers this start: " + ", ".join(reasons)
+        raise Conflict("approval_void", "The approval no longer covers this: " + ", ".join(reasons)
                        + ". Request a fresh approval.", reasons=reasons, approval=str(permit.id))
-    event.data = {**event.data, "approval": str(permit.id)}
-    permit.consumed_at, permit.consumed_seq = now, event.seq
+    return permit
+
+
+def _permit_spend(permit: Approval, event: LedgerEvent) -> None:
+    permit.consumed_at, permit.consumed_seq = event.at, event.seq
     permit.save(update_fields=["consumed_at", "consumed_seq"])
 
 
@@ -1260,36 +1265,23 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
     return run, approval
 
 
-def _on_compensated(app: _Append, event: LedgerEvent) -> None:
+def _prepare_compensated(app: _Append) -> dict:
     """The executor performed the approved compensation and verified it."""
-    run, now = app.run, app.writer.now
-    if run.state != "compensate":
-        raise _illegal(run, "'compensated' is posted by the executor of an approved compensation.")
-    permit = (Approval.objects.select_for_update()
-              .filter(run=run, kind=Approval.Kind.COMPENSATION, status="approved", consumed_at__isnull=True)
-              .order_by("-decided_at").first())
-    if permit is None:
-        raise Conflict("approval_required", "A compensation needs an approved request before it is executed.")
-    action = app.body.get("action")
-    if action is None:
-        raise Invalid("action_required", "The compensated event must carry the approved action object.")
-    reasons = [reason for reason, void in (
-        ("action_changed", digest(action) != permit.action_digest),
-        ("policy_changed", permit.policy_version != run.workflow.policy_version),
-        ("inputs_changed", permit.input_fingerprint != run.input_fingerprint),
-        ("deadline_passed", now > permit.deadline)) if void]
-    if reasons:
-        raise Conflict("approval_void", "The approval does not cover this compensation: " + ", ".join(reasons)
-                       + ". Request a fresh one.", reasons=reasons, approval=str(permit.id))
-    if not any(isinstance(e, dict) and e.get("uri") and e.get("observed_at") for e in event.evidence):
+    if app.run.state != "compensate":
+        raise _illegal(app.run, "'compensated' is posted by the executor of an approved compensation.")
+    evidence = app.body.get("evidence") or []
+    if not any(isinstance(e, dict) and e.get("uri") and e.get("observed_at") for e in evidence):
         raise Invalid("evidence_required", "'compensated' needs evidence that the undo was verified (uri, observed_at).")
-    permit.consumed_at, permit.consumed_seq = now, event.seq
-    permit.save(update_fields=["consumed_at", "consumed_seq"])
-    for effect in Effect.objects.select_for_update().filter(
-            workflow_id=run.workflow_id, intent=run.intent, input_fingerprint=run.input_fingerprint
-    ).exclude(status__in=("failed", "compensated")):
-        _effect_update(effect, status="compensated", seq=event.seq, now=now)
-    event.data = {**event.data, "approval": str(permit.id)}
+    app.permit = _permit_find(app, kind=Approval.Kind.COMPENSATION)
+    return {"approval": str(app.permit.id)}
+
+
+def _on_compensated(app: _Append, event: LedgerEvent) -> None:
+    run = app.run
+    _permit_spend(app.permit, event)
+    (Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent, input_fingerprint=run.input_fingerprint)
+     .exclude(status__in=("failed", "compensated"))
+     .update(status="compensated", last_seq=event.seq, updated_at=event.at))
     app.writer.transition("compensated", "compensation_verified")
 
 
@@ -1316,3 +1308,12 @@ def approvals_expire(*, now: datetime | None = None) -> int:
                 _escalation_raise(run, now=now)  # an expired escalation is raised afresh: on-call must still see it
             expired += 1
     return expired
+
+
+# Agent event kinds: an optional check before the event is written, then its effect on the run.
+_PREPARE = {"started": _prepare_started, "compensated": _prepare_compensated}
+_HANDLERS = {
+    "compensated": _on_compensated,
+    "started": _on_started, "succeeded": _on_succeeded, "skipped": _on_skipped, "failed": _on_failed,
+    "unknown": _on_unknown, "verified": _on_verified, "proposed": _on_proposed, "corrected": _on_corrected,
+}

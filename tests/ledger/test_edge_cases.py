@@ -46,6 +46,7 @@ def test_pending_approval_holds_the_intent_but_an_approved_dead_agent_does_not()
     assert (nxt["decision"]["outcome"], nxt["decision"]["resume_from"]) == ("resume", "deploy")
     started = agent.event(nxt["id"], "deploy", "started", action=ACTION)  # the permit outlived the crash
     assert started["data"]["approval"] == approval["id"]
+    assert agent.client.get(f"/api/v1/runs/{nxt['id']}/verify-chain/").json()["ok"] is True
 
 
 def test_fresh_run_after_expired_checkpoint_passes_verified_effects():
@@ -159,6 +160,7 @@ def test_compensated_effects_are_rebuilt_from_the_ledger_and_may_run_again():
     assert client_for(editor_token).post(f"/api/v1/approvals/{approval['id']}/approve/").status_code == 200
     agent.event(run["id"], "deploy", "compensated", action=approval["action"], evidence=EVIDENCE)
     assert agent.run(run["id"])["state"] == "compensated"
+    assert agent.client.get(f"/api/v1/runs/{run['id']}/verify-chain/").json()["ok"] is True
     assert effects_rebuild_diff() == []
     again = agent.trigger()
     assert again["decision"]["resume_from"] == "deploy"

@@ -1,0 +1,84 @@
+from django.contrib import admin, messages
+from django.utils import timezone
+
+from ledger.models import Agent, ApiToken, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """The ledger and its projections are written through the services only."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Workflow)
+class WorkflowAdmin(admin.ModelAdmin):
+    list_display = ["slug", "title", "policy_version", "max_retries", "lease_seconds", "schedule", "owner"]
+    search_fields = ["slug", "title"]
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "workflow", "intent", "state", "current_stage", "created_at"]
+    list_filter = ["state", "workflow"]
+    search_fields = ["intent", "trigger_key"]
+    list_select_related = ["workflow"]
+
+
+@admin.register(LedgerEvent)
+class LedgerEventAdmin(ReadOnlyAdmin):
+    list_display = ["run", "seq", "at", "stage", "kind", "actor", "reason_code"]
+    list_filter = ["kind"]
+    search_fields = ["idempotency_key", "client_event_id"]
+
+
+@admin.register(Effect)
+class EffectAdmin(ReadOnlyAdmin):
+    list_display = ["idempotency_key", "workflow", "intent", "stage", "status", "reference", "attempts"]
+    list_filter = ["status", "stage"]
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyAdmin):
+    list_display = ["id", "workflow", "intent", "source", "created_at", "expires_at"]
+
+
+@admin.register(Approval)
+class ApprovalAdmin(ReadOnlyAdmin):
+    list_display = ["id", "kind", "run", "stage", "status", "requested_by", "decided_by", "deadline"]
+    list_filter = ["status", "kind"]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ["at", "actor", "role", "action", "outcome", "code", "target"]
+    list_filter = ["outcome", "action"]
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ["user", "owner", "created_at"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are created by the commands (the key is shown once); here they can only be revoked."""
+
+    list_display = ["prefix", "user", "created_at", "revoked_at"]
+    list_filter = ["revoked_at"]
+    readonly_fields = ["user", "prefix", "key_hash", "created_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request, queryset):
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
