@@ -7,19 +7,18 @@ refused request raises before anything is flushed, so nothing partial is ever wr
 
 from __future__ import annotations
 
-import functools
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ledger import recovery
+from ledger import recovery, sql
 from ledger.models import (
     HOLDING_STATES,
     LEASED_STATES,
@@ -86,41 +85,6 @@ def event_compute_hash(event: LedgerEvent) -> str:
 
 RUN_MUTABLE_FIELDS = ("state", "current_stage", "stage_states", "event_count", "last_hash", "lease_owner",
                       "lease_expires_at", "updated_at", "ended_at", "decision", "decided_at", "retried_at")
-def _rows_insert(model, objects: list, *, skip_conflicts: bool = False) -> int:
-    """One multi-row INSERT … RETURNING id, setting each object's id (the ledger's hot path; bulk_create
-    costs several times more Python). With ``skip_conflicts``, rows that hit a unique constraint are
-    skipped (``ON CONFLICT DO NOTHING``) and keep ``id=None``; returns how many rows were inserted."""
-    if not objects:
-        return 0
-    quote = connection.ops.quote_name
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for obj in objects for f in fields]
-    conflict = " ON CONFLICT DO NOTHING" if skip_conflicts else ""
-    with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
-                       f"VALUES {', '.join([row] * len(objects))}{conflict} RETURNING {quote('id')}", params)
-        returned = cursor.fetchall()
-    if len(returned) == len(objects):
-        for obj, (pk,) in zip(objects, returned):
-            obj.id, obj._state.adding = pk, False
-    return len(returned)
-
-
-def _run_update(run: Run, before: dict) -> None:
-    """UPDATE only the columns that changed, so a plain append stays a HOT update in PostgreSQL."""
-    changed = [name for name in RUN_MUTABLE_FIELDS if getattr(run, name) != before[name]]
-    if not changed:
-        return
-    quote = connection.ops.quote_name
-    fields = [Run._meta.get_field(name) for name in changed]
-    assignments = ", ".join(f"{quote(f.column)} = %s" for f in fields)
-    params = [f.get_db_prep_save(getattr(run, f.attname), connection) for f in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {quote(Run._meta.db_table)} SET {assignments} WHERE {quote('id')} = %s",
-                       [*params, Run._meta.pk.get_db_prep_value(run.pk, connection)])
-
-
 @dataclass
 class _RunWriter:
     """Collects a locked run's new events and row changes; ``flush`` writes them at once."""
@@ -168,9 +132,11 @@ class _RunWriter:
         self.run.updated_at = self.now
         if insert:
             self.run.save(force_insert=True)
-        _rows_insert(LedgerEvent, self.events)
-        if not insert:
-            _run_update(self.run, self.before)
+        if insert:
+            sql.rows_insert(LedgerEvent, self.events)
+        else:
+            changed = [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
+            sql.events_and_run_write(self.events, self.run, changed)
         self.events, self.before = [], {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
 
 
@@ -180,40 +146,6 @@ def _spec(workflow: Workflow) -> recovery.WorkflowSpec:
 
 def _stage_status(run: Run) -> dict[str, str]:
     return {stage: entry.get("status") for stage, entry in (run.stage_states or {}).items()}
-
-
-def _converted(model, fields) -> list:
-    """(field, [converters]) pairs that turn raw database values into Python ones, as the ORM does."""
-    table = model._meta.db_table
-    return [(f, connection.ops.get_db_converters(f.get_col(table)) + f.get_db_converters(connection)) for f in fields]
-
-
-def _from_row(model, converted, values):
-    python_values = []
-    for (f, converters), value in zip(converted, values):
-        for convert in converters:
-            value = convert(value, f.get_col(model._meta.db_table), connection)
-        python_values.append(value)
-    return model.from_db(connection.alias, [f.attname for f, _ in converted], python_values)
-
-
-@functools.cache
-def _lock_statement(vendor: str):
-    """The hot path's one locking read, written once: run (without its inputs) + workflow, the id of
-    an earlier event with the given client_event_id, and the last seq as of the statement's snapshot."""
-    quote = connection.ops.quote_name
-    run_fields = [f for f in Run._meta.concrete_fields if f.name != "inputs"]
-    workflow_fields = list(Workflow._meta.concrete_fields)
-    events = quote(LedgerEvent._meta.db_table)
-    columns = [f"r.{quote(f.column)}" for f in run_fields] + [f"w.{quote(f.column)}" for f in workflow_fields]
-    sql = (
-        f"SELECT {', '.join(columns)}, "
-        f"(SELECT e.id FROM {events} e WHERE e.run_id = r.id AND e.client_event_id = %s LIMIT 1), "
-        f"(SELECT e.seq FROM {events} e WHERE e.run_id = r.id ORDER BY e.seq DESC LIMIT 1) "
-        f"FROM {quote(Run._meta.db_table)} r JOIN {quote(Workflow._meta.db_table)} w ON w.id = r.workflow_id "
-        f"WHERE r.id = %s" + (" FOR UPDATE OF r" if connection.features.has_select_for_update else "")
-    )
-    return sql, _converted(Run, run_fields), _converted(Workflow, workflow_fields)
 
 
 def _lock_run(run_id, *, client_event_id: str | None = None) -> Run:
@@ -228,16 +160,11 @@ def _lock_run(run_id, *, client_event_id: str | None = None) -> Run:
         run_uuid = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
     except (ValueError, TypeError, AttributeError):
         raise NotFound("run_not_found", f"No run with id {run_id}.")
-    sql, run_columns, workflow_columns = _lock_statement(connection.vendor)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [client_event_id, Run._meta.pk.get_db_prep_value(run_uuid, connection)])
-        row = cursor.fetchone()
-    if row is None:
+    found = sql.run_lock_read(run_uuid, client_event_id)
+    if found is None:
         raise NotFound("run_not_found", f"No run with id {run_id}.")
-    n = len(run_columns)
-    run = _from_row(Run, run_columns, row[:n])
-    run.workflow = _from_row(Workflow, workflow_columns, row[n:n + len(workflow_columns)])
-    run.original_event_id, snapshot_last_seq = row[-2], row[-1]
+    run, original_event_id, snapshot_last_seq = found
+    run.original_event_id = original_event_id
     if client_event_id is not None and (snapshot_last_seq or 0) != run.event_count:
         run.original_event_id = (LedgerEvent.objects.filter(run=run, client_event_id=client_event_id)
                                  .values_list("id", flat=True).first())
@@ -585,7 +512,7 @@ def _claim_effect(app: _Append, event: LedgerEvent) -> str:
     claim = Effect(idempotency_key=key, workflow_id=run.workflow_id, intent=run.intent,
                    input_fingerprint=run.input_fingerprint, stage=app.stage, run_id=run.id, status="attempted",
                    claimed_seq=event.seq, last_seq=event.seq, created_at=now, updated_at=now)
-    if _rows_insert(Effect, [claim], skip_conflicts=True):
+    if sql.rows_insert(Effect, [claim], skip_conflicts=True):
         return key
     existing = Effect.objects.select_for_update().get(idempotency_key=key)
     if existing.status not in ("failed", "compensated"):
@@ -848,7 +775,7 @@ def _checkpoint_insert(run: Run, *, payload: dict, source: str, now: datetime,
         input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
         env_fingerprint=run.env_fingerprint, version_boundary=version_boundary,
         created_at=now, expires_at=expires_at)
-    _rows_insert(Checkpoint, [checkpoint])
+    sql.rows_insert(Checkpoint, [checkpoint])
     return checkpoint
 
 
