@@ -352,7 +352,8 @@ def _checkpoint_body(checkpoint, now=None) -> dict:
             "expires_at": checkpoint.expires_at, "expired": checkpoint.expires_at <= now,
             "input_fingerprint": checkpoint.input_fingerprint, "policy_version": checkpoint.policy_version,
             "env_fingerprint": checkpoint.env_fingerprint, "version_boundary": checkpoint.version_boundary,
-            "payload": checkpoint.payload}
+            "payload": {**checkpoint.payload, "created_at": checkpoint.created_at,
+                        "expires_at": checkpoint.expires_at}}
 
 
 class RunCheckpointCreateApi(APIView):

@@ -42,7 +42,10 @@ def run_detail(*, run_id, user=None):
 
 
 def checkpoint_latest(*, run):
-    return Checkpoint.objects.filter(workflow_id=run.workflow_id, intent=run.intent).order_by("-id").first()
+    """The latest checkpoint of the run's intent (one indexed read, on the agents' hot path)."""
+    from ledger import sql
+
+    return sql.checkpoint_latest_read(workflow_id=run.workflow_id, intent=run.intent)
 
 
 def approval_list(*, user=None, status: str | None = None):

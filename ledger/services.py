@@ -766,10 +766,10 @@ def _server_checkpoint(run: Run, *, now: datetime) -> Checkpoint:
 
 def _checkpoint_insert(run: Run, *, payload: dict, source: str, now: datetime,
                        expires_at: datetime | None = None, version_boundary: int | None = None) -> Checkpoint:
+    """created_at and expires_at live in their columns (read back into the payload by the API)."""
     expires_at = expires_at or now + timedelta(seconds=run.workflow.checkpoint_ttl_seconds)
-    payload = {**payload, "created_at": _iso(now), "expires_at": _iso(expires_at)}
     if version_boundary is not None:
-        payload["version_boundary"] = version_boundary
+        payload = {**payload, "version_boundary": version_boundary}
     checkpoint = Checkpoint(
         workflow_id=run.workflow_id, intent=run.intent, run_id=run.id, source=source, payload=payload,
         input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
@@ -854,23 +854,49 @@ def checkpoint_validate(run: Run, payload: dict, *, now: datetime) -> tuple[dict
     return clean, expires_at
 
 
-@transaction.atomic
 def checkpoint_save(*, run_id, payload: dict, actor: str) -> Checkpoint:
-    """An agent's richer checkpoint (whitelisted, at most 64 KiB), recorded in the ledger."""
-    run = _lock_run(run_id)
-    if run.state in TERMINAL_STATES:
-        raise _illegal(run, f"The run is {run.state!r}; save checkpoints while it runs.")
+    """An agent's richer checkpoint (whitelisted, at most 64 KiB).
+
+    Checkpoints are their own immutable layer (L3), not ledger events. On PostgreSQL the save is a
+    single statement that locks the run row (refusing a finished run) and takes ``created_at`` from
+    the database clock after the lock, so an intent's checkpoints stay in order without a transaction.
+    """
     if set(payload) == {"payload"} and isinstance(payload["payload"], dict):
         payload = payload["payload"]
+    run = _read_run(run_id)
+    if run.state in TERMINAL_STATES:
+        raise _illegal(run, f"The run is {run.state!r}; save checkpoints while it runs.")
     now = timezone.now()
     clean, expires_at = checkpoint_validate(run, payload, now=now)
-    checkpoint = _checkpoint_insert(run, payload=clean, source=Checkpoint.Source.AGENT, now=now,
-                                    expires_at=expires_at, version_boundary=clean.get("version_boundary"))
-    writer = _RunWriter(run, actor, now)
-    writer.emit(EventKind.CHECKPOINTED, run.current_stage, data={"checkpoint": checkpoint.id, "source": "agent"})
-    writer.renew_lease()
-    writer.flush()
+    boundary = clean.get("version_boundary")
+    if not sql.supports_locked_insert():
+        with transaction.atomic():
+            run = _lock_run(run_id)
+            if run.state in TERMINAL_STATES:
+                raise _illegal(run, f"The run is {run.state!r}; save checkpoints while it runs.")
+            return _checkpoint_insert(run, payload=clean, source=Checkpoint.Source.AGENT, now=now,
+                                      expires_at=expires_at, version_boundary=boundary)
+    checkpoint = Checkpoint(
+        workflow_id=run.workflow_id, intent=run.intent, run_id=run.id, source=Checkpoint.Source.AGENT,
+        payload=clean, input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
+        env_fingerprint=run.env_fingerprint, version_boundary=boundary, created_at=now,
+        expires_at=expires_at or now)
+    ttl = None if expires_at else run.workflow.checkpoint_ttl_seconds
+    if not sql.checkpoint_insert_if_running(checkpoint, ttl_seconds=ttl, terminal_states=sorted(TERMINAL_STATES)):
+        raise _illegal(run, "The run finished while the checkpoint was being saved.")
     return checkpoint
+
+
+def _read_run(run_id) -> Run:
+    """The run with its workflow, without a lock."""
+    try:
+        run_uuid = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+    except (ValueError, TypeError, AttributeError):
+        raise NotFound("run_not_found", f"No run with id {run_id}.")
+    found = sql.run_lock_read(run_uuid, None, lock=False)
+    if found is None:
+        raise NotFound("run_not_found", f"No run with id {run_id}.")
+    return found[0]
 
 
 def checkpoints_prune(*, now: datetime | None = None) -> int:

@@ -10,7 +10,7 @@ import functools
 
 from django.db import connection
 
-from ledger.models import LedgerEvent, Run, Workflow
+from ledger.models import Checkpoint, LedgerEvent, Run, Workflow
 
 
 def _quote(name: str) -> str:
@@ -90,33 +90,88 @@ def from_row(model, converted, values):
 
 
 @functools.cache
-def _lock_statement(vendor: str):
-    """Run (without its inputs) + workflow, the id of an earlier event with a given client_event_id,
-    and the run's last seq as of the statement's snapshot."""
+def _run_read_statement(vendor: str, lock: bool, client_lookup: bool):
+    """Run (without its inputs) + workflow; with ``client_lookup`` also the id of an earlier event with
+    a given client_event_id and the run's last seq as of the statement's snapshot."""
     run_fields = [f for f in Run._meta.concrete_fields if f.name != "inputs"]
     workflow_fields = list(Workflow._meta.concrete_fields)
     events = _quote(LedgerEvent._meta.db_table)
     columns = [f"r.{_quote(f.column)}" for f in run_fields] + [f"w.{_quote(f.column)}" for f in workflow_fields]
+    if client_lookup:
+        columns += [f"(SELECT e.id FROM {events} e WHERE e.run_id = r.id AND e.client_event_id = %s LIMIT 1)",
+                    f"(SELECT e.seq FROM {events} e WHERE e.run_id = r.id ORDER BY e.seq DESC LIMIT 1)"]
     sql = (
-        f"SELECT {', '.join(columns)}, "
-        f"(SELECT e.id FROM {events} e WHERE e.run_id = r.id AND e.client_event_id = %s LIMIT 1), "
-        f"(SELECT e.seq FROM {events} e WHERE e.run_id = r.id ORDER BY e.seq DESC LIMIT 1) "
+        f"SELECT {', '.join(columns)} "
         f"FROM {_quote(Run._meta.db_table)} r JOIN {_quote(Workflow._meta.db_table)} w ON w.id = r.workflow_id "
-        f"WHERE r.id = %s" + (" FOR UPDATE OF r" if connection.features.has_select_for_update else "")
+        f"WHERE r.id = %s" + (" FOR UPDATE OF r" if lock and connection.features.has_select_for_update else "")
     )
     return sql, _converted(Run, run_fields), _converted(Workflow, workflow_fields)
 
 
-def run_lock_read(run_uuid, client_event_id: str | None) -> tuple[Run, int | None, int | None] | None:
-    """Lock the run row and read it with its workflow in one statement: (run, id of an event with
-    ``client_event_id``, last seq seen by the statement's snapshot), or None if there is no such run."""
-    sql, run_columns, workflow_columns = _lock_statement(connection.vendor)
+def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
+    """Lock the run row (unless ``lock=False``) and read it with its workflow in one statement:
+    (run, id of an earlier event with ``client_event_id``, last seq seen by the statement's snapshot),
+    or None if there is no such run. Without ``client_event_id`` the last two are None."""
+    client_lookup = client_event_id is not None
+    sql, run_columns, workflow_columns = _run_read_statement(connection.vendor, lock, client_lookup)
+    params = [client_event_id] if client_lookup else []
     with connection.cursor() as cursor:
-        cursor.execute(sql, [client_event_id, Run._meta.pk.get_db_prep_value(run_uuid, connection)])
+        cursor.execute(sql, [*params, Run._meta.pk.get_db_prep_value(run_uuid, connection)])
         row = cursor.fetchone()
     if row is None:
         return None
-    n = len(run_columns)
+    n, m = len(run_columns), len(workflow_columns)
     run = from_row(Run, run_columns, row[:n])
-    run.workflow = from_row(Workflow, workflow_columns, row[n:n + len(workflow_columns)])
-    return run, row[-2], row[-1]
+    run.workflow = from_row(Workflow, workflow_columns, row[n:n + m])
+    return (run, *row[n + m:]) if client_lookup else (run, None, None)
+
+
+@functools.cache
+def _checkpoint_latest_statement(vendor: str):
+    fields = list(Checkpoint._meta.concrete_fields)
+    sql = (f"SELECT {', '.join(_quote(f.column) for f in fields)} FROM {_quote(Checkpoint._meta.db_table)} "
+           f"WHERE workflow_id = %s AND intent = %s ORDER BY id DESC LIMIT 1")
+    return sql, _converted(Checkpoint, fields)
+
+
+def checkpoint_latest_read(*, workflow_id: int, intent: str) -> Checkpoint | None:
+    """The latest checkpoint of an intent, through the ``checkpoint_intent_latest`` index."""
+    sql, columns = _checkpoint_latest_statement(connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [workflow_id, intent])
+        row = cursor.fetchone()
+    return from_row(Checkpoint, columns, row) if row else None
+
+
+def supports_locked_insert() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def checkpoint_insert_if_running(checkpoint: Checkpoint, *, ttl_seconds: int | None, terminal_states) -> bool:
+    """One statement (PostgreSQL): lock the run row unless it is finished, then insert the checkpoint
+    with ``created_at`` (and, with ``ttl_seconds``, ``expires_at``) from the clock read after the lock.
+    Sets the checkpoint's id and times; False when the run is finished."""
+    fields = [f for f in Checkpoint._meta.concrete_fields if not f.primary_key]
+    values, params = [], []
+    for f in fields:
+        if f.name == "created_at":
+            values.append("clock_timestamp()")
+        elif f.name == "expires_at" and ttl_seconds is not None:
+            values.append("clock_timestamp() + make_interval(secs => %s)")
+            params.append(ttl_seconds)
+        else:
+            values.append("%s")
+            params.append(f.get_db_prep_save(getattr(checkpoint, f.attname), connection))
+    sql = (f"WITH running AS (SELECT id FROM {_quote(Run._meta.db_table)} WHERE id = %s "
+           f"AND NOT (state = ANY(%s)) FOR UPDATE) "
+           f"INSERT INTO {_quote(Checkpoint._meta.db_table)} ({', '.join(_quote(f.column) for f in fields)}) "
+           f"SELECT {', '.join(values)} FROM running RETURNING id, created_at, expires_at")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [Run._meta.pk.get_db_prep_value(checkpoint.run_id, connection), list(terminal_states),
+                             *params])
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    checkpoint.id, checkpoint.created_at, checkpoint.expires_at = row
+    checkpoint._state.adding = False
+    return True

@@ -47,7 +47,8 @@ def test_agent_saves_a_richer_checkpoint(ctx):
     assert response.status_code == 201, response.content
     body = response.json()
     assert body["source"] == "agent" and body["payload"]["input_fingerprint"] == run["input_fingerprint"]
-    assert LedgerEvent.objects.filter(run_id=run["id"], kind="checkpointed").count() == 1
+    saved = Checkpoint.objects.get(id=body["id"])
+    assert (str(saved.run_id), saved.source, saved.payload["pending_intents"]) == (run["id"], "agent", ["draft intro"])
     latest = driver.client.get(f"/api/v1/runs/{run['id']}/checkpoint/").json()
     assert latest["id"] == body["id"]
 
