@@ -93,6 +93,7 @@ class _RunWriter:
     actor: str
     now: datetime
     events: list[LedgerEvent] = field(default_factory=list)
+    rows: list = field(default_factory=list)  # other rows written with the events (server checkpoints)
     before: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -134,9 +135,11 @@ class _RunWriter:
             self.run.save(force_insert=True)
         if insert:
             sql.rows_insert(LedgerEvent, self.events)
+            sql.rows_insert(Checkpoint, self.rows)
         else:
             changed = [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
-            sql.events_and_run_write(self.events, self.run, changed)
+            sql.events_and_run_write(self.events, self.run, changed, checkpoints=self.rows)
+        self.rows = []
         self.events, self.before = [], {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
 
 
@@ -498,8 +501,8 @@ class _Append:
 
     def after_pass(self, event: LedgerEvent) -> None:
         """A stage passed: server checkpoint, then completed when no stage is left."""
-        checkpoint = _server_checkpoint(self.run, now=self.writer.now)
-        self.writer.transition("checkpointed", checkpoint=checkpoint.id)
+        self.writer.rows.append(_server_checkpoint(self.run, now=self.writer.now))
+        self.writer.transition("checkpointed")
 
     def finish_if_done(self) -> None:
         if self.next_stage() is None:
@@ -648,11 +651,11 @@ def _on_verified(app: _Append, event: LedgerEvent) -> None:
     if run.state != "verify":
         app.writer.transition("verify")
     app.mark("verified", event, effect_key=key)
-    checkpoint = _server_checkpoint(run, now=now)
+    app.writer.rows.append(_server_checkpoint(run, now=now))
     if app.next_stage() is None:
-        app.writer.transition("completed", "all_stages_done", checkpoint=checkpoint.id)
+        app.writer.transition("completed", "all_stages_done")
     else:
-        app.writer.transition("checkpointed", "effect_verified", checkpoint=checkpoint.id)
+        app.writer.transition("checkpointed", "effect_verified")
 
 
 def _on_proposed(app: _Append, event: LedgerEvent) -> None:
@@ -742,7 +745,8 @@ def _event_effect_key(run: Run, kind: str, stage: str, body: dict) -> str:
 # ---------------------------------------------------------------- checkpoints
 
 def _server_checkpoint(run: Run, *, now: datetime) -> Checkpoint:
-    """Derived from the run's ledger projection, so recovery works for agents that never save one."""
+    """Derived from the run's ledger projection, so recovery works for agents that never save one.
+    Returned unsaved: the run writer inserts it with the events."""
     spec = _spec(run.workflow)
     status = _stage_status(run)
     done = [s for s in spec.stages if recovery.stage_done(spec, s, status.get(s))]
@@ -761,11 +765,11 @@ def _server_checkpoint(run: Run, *, now: datetime) -> Checkpoint:
         "policy_version": run.policy_version,
         "env_fingerprint": run.env_fingerprint,
     }
-    return _checkpoint_insert(run, payload=payload, source=Checkpoint.Source.SERVER, now=now)
+    return _checkpoint_build(run, payload=payload, source=Checkpoint.Source.SERVER, now=now)
 
 
-def _checkpoint_insert(run: Run, *, payload: dict, source: str, now: datetime,
-                       expires_at: datetime | None = None, version_boundary: int | None = None) -> Checkpoint:
+def _checkpoint_build(run: Run, *, payload: dict, source: str, now: datetime,
+                      expires_at: datetime | None = None, version_boundary: int | None = None) -> Checkpoint:
     """created_at and expires_at live in their columns (read back into the payload by the API)."""
     expires_at = expires_at or now + timedelta(seconds=run.workflow.checkpoint_ttl_seconds)
     if version_boundary is not None:
@@ -775,7 +779,6 @@ def _checkpoint_insert(run: Run, *, payload: dict, source: str, now: datetime,
         input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
         env_fingerprint=run.env_fingerprint, version_boundary=version_boundary,
         created_at=now, expires_at=expires_at)
-    sql.rows_insert(Checkpoint, [checkpoint])
     return checkpoint
 
 
@@ -874,8 +877,10 @@ def checkpoint_save(*, run_id, payload: dict, actor: str) -> Checkpoint:
             run = _lock_run(run_id)
             if run.state in TERMINAL_STATES:
                 raise _illegal(run, f"The run is {run.state!r}; save checkpoints while it runs.")
-            return _checkpoint_insert(run, payload=clean, source=Checkpoint.Source.AGENT, now=now,
-                                      expires_at=expires_at, version_boundary=boundary)
+            checkpoint = _checkpoint_build(run, payload=clean, source=Checkpoint.Source.AGENT, now=now,
+                                           expires_at=expires_at, version_boundary=boundary)
+            sql.rows_insert(Checkpoint, [checkpoint])
+            return checkpoint
     checkpoint = Checkpoint(
         workflow_id=run.workflow_id, intent=run.intent, run_id=run.id, source=Checkpoint.Source.AGENT,
         payload=clean, input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,

@@ -56,18 +56,30 @@ def _run_update_statement(run: Run, changed: list[str]) -> tuple[str, list]:
     return sql, [*params, Run._meta.pk.get_db_prep_value(run.pk, connection)]
 
 
-def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]) -> None:
-    """Insert the events and UPDATE only the run's changed columns (so a plain append stays a HOT
-    update). On PostgreSQL both go in one statement (a data-modifying CTE): one round trip."""
+def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str], *,
+                         checkpoints: list[Checkpoint] = ()) -> None:
+    """Insert the events (and server checkpoints) and UPDATE only the run's changed columns, so a plain
+    append stays a HOT update. On PostgreSQL all of it is one statement (data-modifying CTEs): one
+    round trip per append besides the locking read and the commit."""
     if events and changed and connection.vendor == "postgresql":
-        insert_sql, insert_params = insert_statement(LedgerEvent, events)
+        insert_sql, params = insert_statement(LedgerEvent, events)
+        ctes = [f"inserted AS ({insert_sql})"]
+        if checkpoints:
+            checkpoint_sql, checkpoint_params = insert_statement(Checkpoint, list(checkpoints))
+            ctes.append(f"checkpoints AS ({checkpoint_sql})")
+            params += checkpoint_params
         update_sql, update_params = _run_update_statement(run, changed)
+        returning = "(SELECT array_agg(id) FROM inserted)" + (
+            ", (SELECT array_agg(id) FROM checkpoints)" if checkpoints else "")
         with connection.cursor() as cursor:
-            cursor.execute(f"WITH inserted AS ({insert_sql}) {update_sql} "
-                           f"RETURNING (SELECT array_agg(id) FROM inserted)", [*insert_params, *update_params])
-            _assign_ids(events, cursor.fetchone()[0])
+            cursor.execute(f"WITH {', '.join(ctes)} {update_sql} RETURNING {returning}", [*params, *update_params])
+            ids = cursor.fetchone()
+        _assign_ids(events, ids[0])
+        if checkpoints:
+            _assign_ids(list(checkpoints), ids[1])
         return
     rows_insert(LedgerEvent, events)
+    rows_insert(Checkpoint, list(checkpoints))
     if changed:
         sql, params = _run_update_statement(run, changed)
         with connection.cursor() as cursor:
