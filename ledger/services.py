@@ -14,7 +14,6 @@ from datetime import timezone as dt_timezone
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Max
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -196,41 +195,48 @@ def _checkpoint_info(cp: Checkpoint | None, previous: Checkpoint | None, now: da
     )
 
 
-def _failed_runs_since_progress(*, workflow, intent, fingerprint, checkpoint: Checkpoint | None) -> tuple[int, datetime | None]:
-    same_fp = Run.objects.filter(workflow=workflow, intent=intent, input_fingerprint=fingerprint)
-    since = same_fp.filter(retried_at__isnull=False).aggregate(m=Max("retried_at"))["m"]
-    if checkpoint is not None and (since is None or checkpoint.created_at > since):
-        since = checkpoint.created_at
-    failed = same_fp.filter(state="failed")
-    if since is not None:
-        failed = failed.filter(ended_at__gt=since)
-    return failed.count(), since
+def _failed_runs_since_progress(*, workflow_id: int, intent: str, fingerprint: str,
+                                checkpoint: Checkpoint | None) -> int:
+    """Runs of this intent and fingerprint that ended failed since the later of the latest checkpoint
+    and the latest on-call retry (one indexed read)."""
+    rows = sql.select_rows(Run, ["state", "ended_at", "retried_at"],
+                           "workflow_id = %s AND intent = %s AND input_fingerprint = %s "
+                           "AND (state = 'failed' OR retried_at IS NOT NULL)", [workflow_id, intent, fingerprint])
+    moments = [retried for _, _, retried in rows if retried is not None]
+    if checkpoint is not None:
+        moments.append(checkpoint.created_at)
+    since = max(moments, default=None)
+    return sum(1 for state, ended, _ in rows if state == "failed" and (since is None or (ended and ended > since)))
 
 
 def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, policy_version: str,
                           env_fingerprint: str, others: list[Run], now: datetime) -> tuple[recovery.RecoveryInput, dict]:
-    """Read L2/L3 for (workflow, intent) into the plain data the pure decision needs."""
-    latest_two = list(Checkpoint.objects.filter(workflow=workflow, intent=intent).order_by("-id")[:2])
+    """Read L2/L3 for (workflow, intent) into the plain data the pure decision needs (indexed reads)."""
+    scope = "workflow_id = %s AND intent = %s"
+    latest_two = sql.select_models(Checkpoint, scope, [workflow.id, intent], order="id DESC", limit=2)
     latest = latest_two[0] if latest_two else None
     if latest is not None and latest.input_fingerprint == fingerprint:
         same_fp = latest
     else:
-        same_fp = (Checkpoint.objects.filter(workflow=workflow, intent=intent, input_fingerprint=fingerprint)
-                   .order_by("-id").first())
+        found = sql.select_models(Checkpoint, scope + " AND input_fingerprint = %s", [workflow.id, intent, fingerprint],
+                                  order="id DESC", limit=1)
+        same_fp = found[0] if found else None
     effects = [
-        recovery.EffectInfo(key=e["idempotency_key"], stage=e["stage"], status=e["status"], run_id=str(e["run_id"]))
-        for e in Effect.objects.filter(workflow=workflow, intent=intent, input_fingerprint=fingerprint)
-        .values("idempotency_key", "stage", "status", "run_id")
+        recovery.EffectInfo(key=key, stage=stage, status=status, run_id=str(run_id))
+        for key, stage, status, run_id in sql.select_rows(
+            Effect, ["idempotency_key", "stage", "status", "run"], scope + " AND input_fingerprint = %s",
+            [workflow.id, intent, fingerprint])
     ]
-    failed_count, _ = _failed_runs_since_progress(workflow=workflow, intent=intent, fingerprint=fingerprint,
-                                                  checkpoint=same_fp)
+    failed_count = _failed_runs_since_progress(workflow_id=workflow.id, intent=intent, fingerprint=fingerprint,
+                                               checkpoint=same_fp)
     existing_keys: frozenset[str] = frozenset()
     store_version = 0
     if latest is not None and latest.input_fingerprint == fingerprint:
         observed = (latest.payload or {}).get("observed_effects") or []
-        if observed:
-            existing_keys = frozenset(Effect.objects.filter(idempotency_key__in=observed)
-                                      .values_list("idempotency_key", flat=True))
+        keys = [k for k in observed if isinstance(k, str)]
+        if keys:
+            existing_keys = frozenset(key for (key,) in sql.select_rows(
+                Effect, ["idempotency_key"], f"idempotency_key IN ({', '.join(['%s'] * len(keys))})", keys))
         if latest.version_boundary is not None:
             from knowledge.selectors import store_version as knowledge_store_version
 

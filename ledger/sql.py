@@ -187,3 +187,33 @@ def checkpoint_insert_if_running(checkpoint: Checkpoint, *, ttl_seconds: int | N
     checkpoint.id, checkpoint.created_at, checkpoint.expires_at = row
     checkpoint._state.adding = False
     return True
+
+
+def select_rows(model, field_names: list[str], where: str, params: list, *, order: str = "",
+                limit: int | None = None) -> list[tuple]:
+    """Values of ``field_names`` for the rows matching ``where``, converted as the ORM would
+    (the recovery decision's reads: a few indexed lookups, without the ORM's per-query Python)."""
+    fields = [model._meta.get_field(name) for name in field_names]
+    sql = (f"SELECT {', '.join(_quote(f.column) for f in fields)} FROM {_quote(model._meta.db_table)} "
+           f"WHERE {where}" + (f" ORDER BY {order}" if order else "") + (f" LIMIT {int(limit)}" if limit else ""))
+    converted = _converted(model, fields)
+    table = model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    result = []
+    for row in rows:
+        values = []
+        for (f, converters), value in zip(converted, row):
+            for convert in converters:
+                value = convert(value, f.get_col(table), connection)
+            values.append(value)
+        result.append(tuple(values))
+    return result
+
+
+def select_models(model, where: str, params: list, *, order: str = "", limit: int | None = None) -> list:
+    """Model instances for the rows matching ``where`` (all concrete fields)."""
+    fields = list(model._meta.concrete_fields)
+    return [model.from_db(connection.alias, [f.attname for f in fields], list(values))
+            for values in select_rows(model, [f.name for f in fields], where, params, order=order, limit=limit)]
