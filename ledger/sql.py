@@ -13,6 +13,15 @@ from django.db import connection
 from ledger.models import Checkpoint, LedgerEvent, Run, Workflow
 
 
+def _cursor():
+    """On PostgreSQL, psycopg's own cursor on Django's connection (same transaction): server-side
+    parameter binding, and psycopg prepares statements it sees repeatedly. Elsewhere Django's cursor."""
+    if connection.vendor == "postgresql":
+        connection.ensure_connection()
+        return connection.connection.cursor()
+    return connection.cursor()
+
+
 def _quote(name: str) -> str:
     return connection.ops.quote_name(name)
 
@@ -41,7 +50,7 @@ def rows_insert(model, objects: list, *, skip_conflicts: bool = False) -> int:
     if not objects:
         return 0
     sql, params = insert_statement(model, objects, skip_conflicts=skip_conflicts)
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(sql, params)
         ids = [row[0] for row in cursor.fetchall()]
     _assign_ids(objects, ids)
@@ -71,7 +80,7 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
         update_sql, update_params = _run_update_statement(run, changed)
         returning = "(SELECT array_agg(id) FROM inserted)" + (
             ", (SELECT array_agg(id) FROM checkpoints)" if checkpoints else "")
-        with connection.cursor() as cursor:
+        with _cursor() as cursor:
             cursor.execute(f"WITH {', '.join(ctes)} {update_sql} RETURNING {returning}", [*params, *update_params])
             ids = cursor.fetchone()
         _assign_ids(events, ids[0])
@@ -82,7 +91,7 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
     rows_insert(Checkpoint, list(checkpoints))
     if changed:
         sql, params = _run_update_statement(run, changed)
-        with connection.cursor() as cursor:
+        with _cursor() as cursor:
             cursor.execute(sql, params)
 
 
@@ -127,7 +136,7 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
     client_lookup = client_event_id is not None
     sql, run_columns, workflow_columns = _run_read_statement(connection.vendor, lock, client_lookup)
     params = [client_event_id] if client_lookup else []
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(sql, [*params, Run._meta.pk.get_db_prep_value(run_uuid, connection)])
         row = cursor.fetchone()
     if row is None:
@@ -149,7 +158,7 @@ def _checkpoint_latest_statement(vendor: str):
 def checkpoint_latest_read(*, workflow_id: int, intent: str) -> Checkpoint | None:
     """The latest checkpoint of an intent, through the ``checkpoint_intent_latest`` index."""
     sql, columns = _checkpoint_latest_statement(connection.vendor)
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(sql, [workflow_id, intent])
         row = cursor.fetchone()
     return from_row(Checkpoint, columns, row) if row else None
@@ -178,7 +187,7 @@ def checkpoint_insert_if_running(checkpoint: Checkpoint, *, ttl_seconds: int | N
            f"AND NOT (state = ANY(%s)) FOR UPDATE) "
            f"INSERT INTO {_quote(Checkpoint._meta.db_table)} ({', '.join(_quote(f.column) for f in fields)}) "
            f"SELECT {', '.join(values)} FROM running RETURNING id, created_at, expires_at")
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(sql, [Run._meta.pk.get_db_prep_value(checkpoint.run_id, connection), list(terminal_states),
                              *params])
         row = cursor.fetchone()
@@ -198,7 +207,7 @@ def select_rows(model, field_names: list[str], where: str, params: list, *, orde
            f"WHERE {where}" + (f" ORDER BY {order}" if order else "") + (f" LIMIT {int(limit)}" if limit else ""))
     converted = _converted(model, fields)
     table = model._meta.db_table
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     result = []
