@@ -26,14 +26,20 @@ def _quote(name: str) -> str:
     return connection.ops.quote_name(name)
 
 
-def insert_statement(model, objects: list, *, skip_conflicts: bool = False) -> tuple[str, list]:
-    """A multi-row INSERT … RETURNING id for ``objects`` (the primary key comes from the database)."""
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+@functools.cache
+def _insert_sql(model, rows: int, skip_conflicts: bool, vendor: str) -> tuple[str, tuple]:
+    fields = tuple(f for f in model._meta.concrete_fields if not f.primary_key)
     row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for obj in objects for f in fields]
     conflict = " ON CONFLICT DO NOTHING" if skip_conflicts else ""
     sql = (f"INSERT INTO {_quote(model._meta.db_table)} ({', '.join(_quote(f.column) for f in fields)}) "
-           f"VALUES {', '.join([row] * len(objects))}{conflict} RETURNING {_quote('id')}")
+           f"VALUES {', '.join([row] * rows)}{conflict} RETURNING {_quote('id')}")
+    return sql, fields
+
+
+def insert_statement(model, objects: list, *, skip_conflicts: bool = False) -> tuple[str, list]:
+    """A multi-row INSERT … RETURNING id for ``objects`` (the primary key comes from the database)."""
+    sql, fields = _insert_sql(model, len(objects), skip_conflicts, connection.vendor)
+    params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for obj in objects for f in fields]
     return sql, params
 
 
@@ -57,11 +63,16 @@ def rows_insert(model, objects: list, *, skip_conflicts: bool = False) -> int:
     return len(ids)
 
 
-def _run_update_statement(run: Run, changed: list[str]) -> tuple[str, list]:
-    fields = [Run._meta.get_field(name) for name in changed]
+@functools.cache
+def _run_update_sql(changed: tuple[str, ...], vendor: str) -> tuple[str, tuple]:
+    fields = tuple(Run._meta.get_field(name) for name in changed)
     assignments = ", ".join(f"{_quote(f.column)} = %s" for f in fields)
+    return f"UPDATE {_quote(Run._meta.db_table)} SET {assignments} WHERE {_quote('id')} = %s", fields
+
+
+def _run_update_statement(run: Run, changed: list[str]) -> tuple[str, list]:
+    sql, fields = _run_update_sql(tuple(changed), connection.vendor)
     params = [f.get_db_prep_save(getattr(run, f.attname), connection) for f in fields]
-    sql = f"UPDATE {_quote(Run._meta.db_table)} SET {assignments} WHERE {_quote('id')} = %s"
     return sql, [*params, Run._meta.pk.get_db_prep_value(run.pk, connection)]
 
 
