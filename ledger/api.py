@@ -2,6 +2,8 @@
 
 import uuid
 
+from datetime import timezone as dt_timezone
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django_filters import rest_framework as filters
@@ -81,6 +83,21 @@ class EventOutputSerializer(serializers.ModelSerializer):
         fields = ["id", "run", "seq", "at", "stage", "kind", "actor", "input_fingerprint", "policy_version",
                   "env_fingerprint", "idempotency_key", "effect", "evidence", "reason_code", "data",
                   "client_event_id", "prev_hash", "hash"]
+
+
+def _drf_datetime(value):
+    """A datetime as DRF renders it (ISO 8601, UTC as Z)."""
+    if value is None:
+        return None
+    text = value.astimezone(dt_timezone.utc).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def event_body(event: LedgerEvent) -> dict:
+    """EventOutputSerializer's output, built directly (the POST /events/ hot path)."""
+    body = {name: getattr(event, name) for name in EventOutputSerializer.Meta.fields if name not in ("run", "at")}
+    body.update(run=event.run_id, at=_drf_datetime(event.at))
+    return body
 
 
 def _run_body(run: Run, **extra) -> dict:
@@ -329,7 +346,7 @@ class RunEventsApi(ListAPIView):
         responses={201: EventOutputSerializer, 200: EventOutputSerializer})
     def post(self, request, run_id):
         event, created = services.event_append(run_id=run_id, body=_body(request), actor=actor_for(request.user))
-        return Response(EventOutputSerializer(event).data,
+        return Response(event_body(event),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 

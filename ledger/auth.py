@@ -2,10 +2,14 @@
 
 import secrets
 
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db import connection
+from django.db.models import Value
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from stateboard.canonical import sha256_hex
+from stateboard.roles import roles_remember
 
 
 def token_issue(*, user) -> str:
@@ -39,9 +43,14 @@ class HashedTokenAuthentication(authentication.BaseAuthentication):
             key = header[1].decode("ascii")
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("Invalid token.")
-        token = (ApiToken.objects.select_related("user").filter(key_hash=sha256_hex(key)).first())
+        tokens = ApiToken.objects.select_related("user").filter(key_hash=sha256_hex(key))
+        if connection.vendor == "postgresql":  # the user's roles in the same query
+            tokens = tokens.annotate(role_names=ArrayAgg("user__groups__name", default=Value([])))
+        token = tokens.first()
         if token is None or token.revoked_at is not None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked token.")
+        if hasattr(token, "role_names"):
+            roles_remember(token.user, [name for name in token.role_names if name])
         return token.user, token
 
     def authenticate_header(self, request):

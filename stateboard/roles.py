@@ -18,11 +18,17 @@ def user_roles(user) -> frozenset[str]:
         return frozenset()
     cached = getattr(user, "_stateboard_roles", None)
     if cached is None:
-        cached = frozenset(g.name for g in user.groups.all() if g.name in ALL_ROLES)
-        if user.is_superuser:
-            cached = cached | frozenset(HUMAN_ROLES)
-        user._stateboard_roles = cached
+        cached = roles_remember(user, user.groups.values_list("name", flat=True))
     return cached
+
+
+def roles_remember(user, group_names) -> frozenset[str]:
+    """The roles a user holds, from their group names (kept on the user object for this request)."""
+    roles = frozenset(name for name in group_names if name in ALL_ROLES)
+    if user.is_superuser:
+        roles = roles | frozenset(HUMAN_ROLES)
+    user._stateboard_roles = roles
+    return roles
 
 
 def has_role(user, *roles: str) -> bool:

@@ -80,3 +80,22 @@ def test_runs_list_is_newest_first_and_filters():
     assert [r["id"] for r in only] == [ids[1]]
     events = driver.client.get(f"/api/v1/runs/{ids[0]}/events/", {"page_size": 2}).json()
     assert [e["seq"] for e in events["results"]] == [1, 2] and events["next"]
+
+
+def test_event_body_renders_exactly_like_the_serializer():
+    """The POST /events/ fast path answers the same JSON as the event list."""
+    import json
+
+    from rest_framework.renderers import JSONRenderer
+
+    from ledger.api import EventOutputSerializer, event_body
+    from ledger.models import LedgerEvent
+
+    wf = make_workflow(approval_stages=[])
+    _, token = make_agent()
+    driver = AgentDriver(client_for(token), wf.slug)
+    run = driver.trigger()
+    driver.event(run["id"], "discovery", "started", data={"n": 1})
+    for event in LedgerEvent.objects.filter(run_id=run["id"]):
+        render = JSONRenderer().render
+        assert json.loads(render(event_body(event))) == json.loads(render(EventOutputSerializer(event).data))
