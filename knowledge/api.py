@@ -3,6 +3,7 @@
 from urllib.parse import urlencode
 
 from django.utils import timezone
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -110,6 +111,7 @@ class ClaimListProposeApi(APIView):
         derived_from = serializers.JSONField(required=False)
         ledger_event = serializers.JSONField(required=False)
 
+    @extend_schema(parameters=[FilterSerializer], responses=ClaimOutput(many=True))
     def get(self, request):
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
@@ -132,6 +134,7 @@ class ClaimListProposeApi(APIView):
             next_url = request.build_absolute_uri(f"{request.path}?{urlencode(query)}")
         return Response({"results": results, "next": next_url, "store_version": selectors.store_version()})
 
+    @extend_schema(request=ProposeInputSerializer, responses={201: ClaimOutput})
     def post(self, request):
         if not isinstance(request.data, dict):
             raise serializers.ValidationError({"non_field_errors": ["A claim proposal is a JSON object."]})
@@ -144,6 +147,7 @@ class ClaimDetailApi(APIView):
 
     roles = {"GET": ANY}
 
+    @extend_schema(responses={200: OpenApiResponse(description="current version and full history")})
     def get(self, request, key: str):
         detail = selectors.claim_detail(user=request.user, key=key)
         if detail is None:
@@ -176,7 +180,7 @@ class ClaimRefreshApi(APIView):
 
     roles = {"POST": {OWNER, EDITOR}}
 
-    class InputSerializer(serializers.Serializer):
+    class ClaimRefreshInputSerializer(serializers.Serializer):
         observed_at = serializers.JSONField(required=False)
         refresh_after = serializers.JSONField(required=False)
         source_refs = serializers.JSONField(required=False)
@@ -186,6 +190,7 @@ class ClaimRefreshApi(APIView):
         derived_from = serializers.JSONField(required=False)
         reason = serializers.CharField(required=False, allow_blank=True)
 
+    @extend_schema(request=ClaimRefreshInputSerializer, responses=ClaimOutput)
     def post(self, request, key: str):
         if not isinstance(request.data, dict):
             raise serializers.ValidationError({"non_field_errors": ["The refresh is a JSON object."]})
@@ -199,17 +204,18 @@ class ClaimAcceptApi(APIView):
 
     roles = {"POST": {OWNER, EDITOR}}
 
-    class InputSerializer(serializers.Serializer):
+    class ClaimAcceptInputSerializer(serializers.Serializer):
         version = serializers.IntegerField(required=False, min_value=1)
 
+    @extend_schema(request=ClaimAcceptInputSerializer, responses=ClaimOutput)
     def post(self, request, key: str):
-        data = self.InputSerializer(data=request.data)
+        data = self.ClaimAcceptInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         claim = services.claim_accept(user=request.user, key=key, version=data.validated_data.get("version"))
         return Response(_claim_data(claim))
 
 
-class _TombstoneInput(serializers.Serializer):
+class TombstoneInputSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
 
 
@@ -217,8 +223,9 @@ class ClaimInvalidateApi(APIView):
     """Tombstone a claim (``reason`` required); claims derived from it are flagged for review."""
 
     roles = {"POST": {OWNER, EDITOR}}
-    InputSerializer = _TombstoneInput
+    InputSerializer = TombstoneInputSerializer
 
+    @extend_schema(request=InputSerializer, responses=ClaimOutput)
     def post(self, request, key: str):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -231,8 +238,9 @@ class ClaimRevokeApi(APIView):
 
     # People only; the service checks that the caller owns the claim.
     roles = {"POST": {OWNER, EDITOR, ONCALL, VIEWER}}
-    InputSerializer = _TombstoneInput
+    InputSerializer = TombstoneInputSerializer
 
+    @extend_schema(request=InputSerializer, responses=ClaimOutput)
     def post(self, request, key: str):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -245,13 +253,14 @@ class KnowledgeReconcileApi(APIView):
 
     roles = {"POST": {AGENT, OWNER}}
 
-    class InputSerializer(serializers.Serializer):
+    class ReconcileInputSerializer(serializers.Serializer):
         entries = serializers.JSONField()
         checkpoint = serializers.JSONField(required=False, allow_null=True)
         version_boundary = serializers.IntegerField(required=False, allow_null=True, min_value=0)
 
+    @extend_schema(request=ReconcileInputSerializer, responses={200: OpenApiResponse(description="per-key outcomes and counts")})
     def post(self, request):
-        data = self.InputSerializer(data=request.data)
+        data = self.ReconcileInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         result = services.knowledge_reconcile(
             user=request.user, entries=data.validated_data["entries"],

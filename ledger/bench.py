@@ -35,12 +35,11 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 TARGET_APPEND_MIN = 0.10

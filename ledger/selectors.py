@@ -70,7 +70,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
     """SPEC §7, computed from the ledger and its projections."""
-    from django.db.models import Count, F, Q
+    from django.db.models import Count
     from django.utils import timezone
 
     from ledger.models import Approval, Effect, Run

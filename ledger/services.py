@@ -605,7 +605,7 @@ def _on_skipped(app: _Append, event: LedgerEvent) -> None:
 
 
 def _on_failed(app: _Append, event: LedgerEvent) -> None:
-    run, now = app.run, app.writer.now
+    run = app.run
     if run.state == "execute" and run.current_stage == app.stage:
         if app.is_effect_stage():
             app.effect_set("failed", event)

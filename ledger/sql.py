@@ -13,10 +13,11 @@ from django.db import connection
 from ledger.models import Checkpoint, LedgerEvent, Run, Workflow
 
 
-def _cursor():
-    """On PostgreSQL, psycopg's own cursor on Django's connection (same transaction): server-side
-    parameter binding, and psycopg prepares statements it sees repeatedly. Elsewhere Django's cursor."""
-    if connection.vendor == "postgresql":
+def _cursor(*, write_path: bool = True):
+    """For the append path on PostgreSQL, psycopg's own cursor on Django's connection (same
+    transaction): server-side binding, and psycopg prepares statements it sees repeatedly. Reads use
+    Django's cursor, so they stay visible to query logging, query-count tests and EXPLAIN captures."""
+    if write_path and connection.vendor == "postgresql":
         connection.ensure_connection()
         return connection.connection.cursor()
     return connection.cursor()
@@ -169,7 +170,7 @@ def _checkpoint_latest_statement(vendor: str):
 def checkpoint_latest_read(*, workflow_id: int, intent: str) -> Checkpoint | None:
     """The latest checkpoint of an intent, through the ``checkpoint_intent_latest`` index."""
     sql, columns = _checkpoint_latest_statement(connection.vendor)
-    with _cursor() as cursor:
+    with _cursor(write_path=False) as cursor:
         cursor.execute(sql, [workflow_id, intent])
         row = cursor.fetchone()
     return from_row(Checkpoint, columns, row) if row else None
@@ -218,7 +219,7 @@ def select_rows(model, field_names: list[str], where: str, params: list, *, orde
            f"WHERE {where}" + (f" ORDER BY {order}" if order else "") + (f" LIMIT {int(limit)}" if limit else ""))
     converted = _converted(model, fields)
     table = model._meta.db_table
-    with _cursor() as cursor:
+    with _cursor(write_path=False) as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     result = []

@@ -156,6 +156,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
+    "ENUM_NAME_OVERRIDES": {"TriggerEnum": "ledger.models.Trigger", "RunStateEnum": "ledger.models.RunState"},
 }
 
 # Celery: Redis in production; a file-system broker (no server) by default.

@@ -19,7 +19,8 @@ class Command(BaseCommand):
         "--keep), migrates it and measures: event appends/s through the service layer (1 and N clients) "
         "and through the HTTP API (gunicorn, N clients) beside raw psycopg INSERT+COMMIT, checkpoint "
         "save+load/s, and the recovery decision p50/p95 with 10k and 1M ledger events loaded in bulk. "
-        "Takes about 5-10 minutes at --scale 1. 'knowledge' runs knowledge.bench."
+        "Takes about 5-10 minutes at --scale 1. 'knowledge' runs knowledge.bench in the same kind of "
+        "scratch database."
     )
 
     def add_arguments(self, parser):
@@ -29,9 +30,9 @@ class Command(BaseCommand):
         parser.add_argument("--skip-http", action="store_true", help="ledger: skip the HTTP API figures")
         parser.add_argument("--skip-load", action="store_true",
                             help="ledger: skip the bulk load and the recovery-decision latency figures")
-        parser.add_argument("--keep", action="store_true", help="ledger: keep the scratch database afterwards")
+        parser.add_argument("--keep", action="store_true", help="keep the scratch database afterwards")
         parser.add_argument("--db-name", default="stateboard_bench",
-                            help="ledger: name of the scratch database (created, and dropped at the end)")
+                            help="name of the scratch database (created, and dropped at the end)")
         parser.add_argument("--reps", type=int, default=5,
                             help="ledger: repetitions of each throughput measurement (the median is printed)")
         parser.add_argument("--duration", type=float, default=3.0,
@@ -47,7 +48,14 @@ class Command(BaseCommand):
                     raise CommandError("The knowledge benchmark is not available yet: knowledge/bench.py "
                                        "(with run(out=..., scale=...)) does not exist.")
                 raise
-            knowledge_bench.run(out=self.stdout, scale=options["scale"])
+            from ledger import bench as ledger_bench
+
+            try:
+                with ledger_bench.scratch_database(options["db_name"], ledger_bench._Out(self.stdout),
+                                                   options["keep"]):
+                    knowledge_bench.run(out=self.stdout, scale=options["scale"])
+            except ledger_bench.BenchError as exc:
+                raise CommandError(str(exc))
             return
 
         from ledger import bench as ledger_bench
