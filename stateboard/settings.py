@@ -169,6 +169,7 @@ if CELERY_BROKER_URL == "filesystem://":
         "data_folder_in": str(_broker_dir),
         "data_folder_out": str(_broker_dir),
         "processed_folder": str(_broker_dir),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
 else:
