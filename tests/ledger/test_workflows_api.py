@@ -99,3 +99,22 @@ def test_event_body_renders_exactly_like_the_serializer():
     for event in LedgerEvent.objects.filter(run_id=run["id"]):
         render = JSONRenderer().render
         assert json.loads(render(event_body(event))) == json.loads(render(EventOutputSerializer(event).data))
+
+
+def test_metrics_report_duplicates_and_unverified_completions_from_the_ledger():
+    """SPEC §7 from the ledger: one completed run, one waiting to verify; nothing executed twice."""
+    wf = make_workflow(stages=["build", "deploy"], effect_stages=["deploy"], approval_stages=[])
+    _, token = make_agent()
+    driver = AgentDriver(client_for(token), wf.slug)
+    done = driver.trigger(intent="a")
+    driver.pass_stage(done["id"], "build")
+    driver.pass_stage(done["id"], "deploy", effect_stage=True)
+    stuck = driver.trigger(intent="b")
+    driver.pass_stage(stuck["id"], "build")
+    driver.pass_stage(stuck["id"], "deploy", effect_stage=True, verify=False)
+    body = driver.client.get("/api/v1/metrics/", {"workflow": wf.slug}).json()
+    assert (body["runs"], body["effects"]) == (2, 2)
+    assert body["duplicate_side_effect_rate"] == 0.0 and body["unverified_completion_rate"] == 0.0
+    assert body["recovery_decisions"] == {"fresh": 2}
+    assert "write_gate_rejection_rate" in body and "stale_claim_as_fact_rate" in body
+    assert driver.client.get("/api/v1/metrics/", {"workflow": "nope"}).json()["runs"] == 0
