@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 
 from ledger import selectors, services
 from ledger.models import Approval, Effect, LedgerEvent, Run, Trigger, Workflow
+from ledger.schedules import periodic_tasks_ensure
 from stateboard.errors import DomainError, Invalid, NotFound
 from stateboard.roles import AGENT, ANY, EDITOR, ONCALL, OWNER, actor_for, has_role
 
@@ -232,6 +233,8 @@ class WorkflowListCreateApi(APIView):
         if Workflow.objects.filter(slug=data["slug"]).exists():
             raise DomainError("workflow_exists", f"A workflow {data['slug']!r} already exists.")
         workflow = Workflow.objects.create(owner=request.user, **data)
+        if workflow.schedule:
+            periodic_tasks_ensure()
         return Response(WorkflowOutputSerializer(workflow).data, status=status.HTTP_201_CREATED)
 
 
@@ -261,10 +264,12 @@ class WorkflowDetailApi(APIView):
             serializer = WorkflowPatchInputSerializer(workflow, data=_body(request), partial=True)
             if not serializer.is_valid():
                 raise Invalid("validation_error", "Invalid input.", errors=serializer.errors)
-            old_policy = workflow.policy_version
+            old_policy, old_schedule = workflow.policy_version, workflow.schedule
             for name, value in serializer.validated_data.items():
                 setattr(workflow, name, value)
             workflow.save()
+            if workflow.schedule != old_schedule:
+                periodic_tasks_ensure()
             if workflow.policy_version != old_policy:
                 services.audit_record(user=request.user, action="policy_bump", outcome="done",
                                       target=workflow.slug, reason=str(_body(request).get("reason", "")),

@@ -29,11 +29,13 @@ def checkpoints_prune() -> int:
 
 
 @shared_task(acks_late=True)
-def workflow_fire(workflow_slug: str) -> str:
-    """A cron trigger; the trigger key is the schedule slot, so a double fire is one run."""
+def workflow_fire(workflow_slug: str, slot: str | None = None) -> str:
+    """A cron trigger; the trigger key is the schedule slot (the minute), so a double fire is one run."""
+    from datetime import datetime
+
     from ledger import services
 
-    slot = timezone.now().replace(second=0, microsecond=0)
+    slot = datetime.fromisoformat(slot) if slot else timezone.now().replace(second=0, microsecond=0)
     run, _ = services.run_trigger(workflow_slug=workflow_slug, inputs={"slot": slot.isoformat()},
                                   intent=f"{workflow_slug}:{slot.date().isoformat()}", trigger="schedule",
                                   trigger_key=f"schedule:{slot.isoformat()}", actor="system")

@@ -118,3 +118,22 @@ def test_metrics_report_duplicates_and_unverified_completions_from_the_ledger():
     assert body["recovery_decisions"] == {"fresh": 2}
     assert "write_gate_rejection_rate" in body and "stale_claim_as_fact_rate" in body
     assert driver.client.get("/api/v1/metrics/", {"workflow": "nope"}).json()["runs"] == 0
+
+
+def test_workflow_schedule_becomes_a_beat_entry_and_a_double_fire_is_one_run():
+    """A cron schedule set through the API is installed for Celery beat; two fires in one slot make one run."""
+    from django_celery_beat.models import PeriodicTask
+
+    from ledger.tasks import workflow_fire
+
+    _, token = make_operator("owner")
+    owner = client_for(token)
+    assert owner.post("/api/v1/workflows/", {"slug": "nightly", "schedule": "0 3 * * *"},
+                      format="json").status_code == 201
+    entry = PeriodicTask.objects.get(name="workflow: nightly")
+    assert (entry.task, entry.crontab.hour, entry.args) == ("ledger.tasks.workflow_fire", "3", '["nightly"]')
+    slot = "2026-11-29T03:00:00+00:00"
+    first, second = workflow_fire("nightly", slot), workflow_fire("nightly", slot)
+    assert first == second and workflow_fire("nightly", "2026-11-30T03:00:00+00:00") != first
+    owner.patch("/api/v1/workflows/nightly/", {"schedule": ""}, format="json")
+    assert not PeriodicTask.objects.filter(name="workflow: nightly").exists()
