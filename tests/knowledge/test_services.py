@@ -164,3 +164,23 @@ def test_claim_rejection_of_python_values_is_recorded(agent):
     decision = GateDecision.objects.get(key=data["key"])
     assert decision.reasons[0]["code"] == "refresh_after_not_after_observed_at"
     assert isinstance(decision.payload["observed_at"], str)
+
+
+def test_a_ledger_event_citing_a_stale_claim_is_counted_in_the_metrics(agent):
+    """End to end: evidence `claim:<key>` on a posted event records the citation; /metrics shows the rate."""
+    from tests.factories import client_for, make_workflow
+    from tests.ledger.helpers import AgentDriver
+
+    now = timezone.now()
+    stale = services.claim_propose(user=agent.user, now=now - timedelta(days=3), data=proposal(
+        observed_at=iso(now - timedelta(days=4)), refresh_after=iso(now - timedelta(days=1))))
+    fresh = services.claim_propose(user=agent.user, data=proposal())
+    workflow = make_workflow(stages=["assess"], effect_stages=[], approval_stages=[])
+    driver = AgentDriver(client_for(agent.token), workflow.slug)
+    run = driver.trigger()
+    driver.event(run["id"], "assess", "started")
+    driver.event(run["id"], "assess", "succeeded", evidence=[
+        {"uri": f"claim:{stale.key}", "observed_at": iso(now)}, {"uri": f"claim:{fresh.key}", "observed_at": iso(now)}])
+    assert ClaimCitation.objects.filter(stale=True).count() == 1
+    metrics = driver.client.get("/api/v1/metrics/").json()
+    assert metrics["stale_claim_as_fact_rate"] == 0.5
