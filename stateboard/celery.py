@@ -17,6 +17,3 @@ def _close_inherited_connections(**kwargs):
 
     for conn in connections.all(initialized_only=True):
         conn.close()
-        close_pool = getattr(conn, "close_pool", None)  # a pool made before the fork is not ours
-        if close_pool is not None:
-            close_pool()
