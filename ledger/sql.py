@@ -238,3 +238,28 @@ def select_models(model, where: str, params: list, *, order: str = "", limit: in
     fields = list(model._meta.concrete_fields)
     return [model.from_db(connection.alias, [f.attname for f in fields], list(values))
             for values in select_rows(model, [f.name for f in fields], where, params, order=order, limit=limit)]
+
+
+@functools.cache
+def _token_statement(vendor: str):
+    from django.contrib.auth import get_user_model
+
+    User = get_user_model()
+    user_fields = list(User._meta.concrete_fields)
+    groups = User.groups.through._meta.db_table
+    sql = (f"SELECT t.revoked_at, {', '.join('u.' + _quote(f.column) for f in user_fields)}, "
+           f"ARRAY(SELECT g.name FROM {_quote(groups)} ug JOIN auth_group g ON g.id = ug.group_id "
+           f"WHERE ug.user_id = u.id) "
+           f"FROM ledger_apitoken t JOIN {_quote(User._meta.db_table)} u ON u.id = t.user_id WHERE t.key_hash = %s")
+    return sql, User, _converted(User, user_fields)
+
+
+def token_user_read(key_hash: str):
+    """(revoked_at, user, group names) for a token hash in one statement (PostgreSQL), or None."""
+    sql, User, user_columns = _token_statement(connection.vendor)
+    with _cursor(write_path=False) as cursor:
+        cursor.execute(sql, [key_hash])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return row[0], from_row(User, user_columns, row[1:-1]), row[-1]
