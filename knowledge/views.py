@@ -1,0 +1,160 @@
+"""HTML pages of the knowledge store: the review queues and a claim's history.
+
+Reads go through ``selectors``, writes through ``services`` (which hold the acceptance and
+ownership rules). Every action is a real POST that works without JavaScript (redirect + message);
+with htmx it answers the re-rendered review sections, or the refusal as plain text with its
+status code (``app.js`` shows it). The page offers buttons by role; the view checks the role
+again and the service has the last word.
+"""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from knowledge import selectors, services
+from knowledge.forms import AcceptForm, RefreshForm, TombstoneForm
+from knowledge.models import ClaimReview
+from ledger import services as ledger_services
+from stateboard.errors import DomainError
+from stateboard.roles import EDITOR, OWNER, has_role, is_agent
+
+ROWS_PER_SECTION = 200
+
+# Who is offered (and, in the view, allowed) each action; the service then applies its own rules
+# (acceptance by pending reason, revocation by claim ownership).
+ACTION_ROLES = {
+    "accept": (OWNER, EDITOR),
+    "refresh": (OWNER, EDITOR),
+    "invalidate": (OWNER, EDITOR),
+    "revoke": (OWNER,),
+}
+
+
+def _may(user, action: str) -> bool:
+    return not is_agent(user) and has_role(user, *ACTION_ROLES[action])
+
+
+def _refused(request, *, message: str, status: int, action: str, code: str, key: str = "",
+             reason: str = "") -> HttpResponse:
+    """Record a refused human action, then tell the user (text for htmx; a 403 page or a message otherwise)."""
+    back = reverse("knowledge:claim_review")
+    ledger_services.audit_record(user=request.user, action=f"claim_{action}", outcome="refused",
+                                 target=key[:200], code=code, reason=reason[:1000])
+    if request.htmx:
+        return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+    if status == 403:
+        return render(request, "refused.html", {"message": message, "back": back}, status=403)
+    messages.error(request, message)
+    return redirect(back)
+
+
+def _form_error_text(form) -> str:
+    return " ".join(str(e) for errors in form.errors.values() for e in errors)
+
+
+# ---------------------------------------------------------------- pages
+
+def _review_context(request) -> dict:
+    """The three review queues; the page and its htmx fragment share this."""
+    user, now = request.user, timezone.now()
+    pending = list(selectors.claims_pending(user=user).select_related("owner")[:ROWS_PER_SECTION])
+    stale = list(selectors.claims_stale(user=user, now=now)[:ROWS_PER_SECTION])
+    flagged = list(selectors.claims_flagged(user=user)[:ROWS_PER_SECTION])
+    # Why each flagged claim needs review: its open flags, in one query for the whole section.
+    if flagged:
+        current_sv = {head.key: head.current.store_version for head in flagged}
+        for head in flagged:
+            head.open_reviews = []
+        by_key = {head.key: head for head in flagged}
+        for review in ClaimReview.objects.filter(key__in=list(by_key)).order_by("-source_store_version"):
+            if review.source_store_version > current_sv[review.key]:
+                by_key[review.key].open_reviews.append(review)
+    return {
+        "pending": pending, "stale": stale, "flagged": flagged, "now": now,
+        "may": {action: _may(user, action) for action in ACTION_ROLES},
+    }
+
+
+@require_GET
+@login_required
+def claim_review(request):
+    """Pending versions, stale claims and claims flagged for review; htmx gets only the sections."""
+    template = "knowledge/claim_review.html#claim-review" if request.htmx else "knowledge/claim_review.html"
+    return render(request, template, _review_context(request))
+
+
+@require_GET
+@login_required
+def claim_history(request, key):
+    """Every visible version of a claim, with who changed it, its gate rejections and open review flags."""
+    detail = selectors.claim_detail(user=request.user, key=key)
+    if detail is None:
+        raise Http404("No such claim.")
+    now = timezone.now()
+    for version in detail["versions"]:
+        version.shown_status = selectors.claim_status(version, now=now)
+    template = "knowledge/claim_history.html#claim-versions" if request.htmx else "knowledge/claim_history.html"
+    return render(request, template, {**detail, "now": now})
+
+
+# ---------------------------------------------------------------- actions
+
+def _claim_action(request, action: str, form_class, call):
+    """Validate, check the role, call one service; answer like the ledger pages do."""
+    form = form_class(request.POST)
+    key = (request.POST.get("key") or "")[:300]
+    reason = (request.POST.get("reason") or "")[:2000]
+    refuse = dict(action=action, key=key, reason=reason)
+    if not _may(request.user, action):
+        roles = "/".join(ACTION_ROLES[action])
+        return _refused(request, message=f"Only {roles} may {action} claims.", status=403,
+                        code="permission_denied", **refuse)
+    if not form.is_valid():
+        return _refused(request, message=_form_error_text(form), status=422, code="invalid_input", **refuse)
+    try:
+        claim = call(form)
+    except DomainError as exc:
+        details = [r.get("detail", "") for r in exc.extra.get("reasons", []) if isinstance(r, dict)]
+        message = " ".join([exc.detail, *(d for d in details if d)])
+        return _refused(request, message=message, status=exc.status_code, code=exc.code, **refuse)
+    summary = f"{action.title()}: {claim.key} is now version {claim.version} ({claim.status})."
+    if not request.htmx:
+        messages.success(request, summary)
+        return redirect("knowledge:claim_review")
+    context = {**_review_context(request), "changed": summary}
+    response = render(request, "knowledge/claim_review.html#claim-review", context)
+    return trigger_client_event(response, "claim-changed", {"key": claim.key, "action": action,
+                                                            "status": claim.status, "version": claim.version})
+
+
+@require_POST
+@login_required
+def claim_accept(request):
+    return _claim_action(request, "accept", AcceptForm, lambda form: services.claim_accept(
+        user=request.user, key=form.cleaned_data["key"], version=form.cleaned_data.get("version")))
+
+
+@require_POST
+@login_required
+def claim_refresh(request):
+    return _claim_action(request, "refresh", RefreshForm, lambda form: services.claim_refresh(
+        user=request.user, key=form.cleaned_data["key"], data=form.refresh_data()))
+
+
+@require_POST
+@login_required
+def claim_invalidate(request):
+    return _claim_action(request, "invalidate", TombstoneForm, lambda form: services.claim_invalidate(
+        user=request.user, key=form.cleaned_data["key"], reason=form.cleaned_data["reason"]))
+
+
+@require_POST
+@login_required
+def claim_revoke(request):
+    return _claim_action(request, "revoke", TombstoneForm, lambda form: services.claim_revoke(
+        user=request.user, key=form.cleaned_data["key"], reason=form.cleaned_data["reason"]))
