@@ -78,4 +78,31 @@ def demo_seed() -> dict | None:
         if run.state in ("fresh", "resume"):
             steps = _through(stages[:3]) if attempt == 0 else []
             _drive(run.id, actor, *steps, ("build", "started", {}), ("build", "failed", {"reason_code": "tests_red"}))
+    _demo_claims(agent.user)
     return {"password": DEMO_PASSWORD, "users": ["editor", "owner", "oncall", "viewer"], "agent_token": token}
+
+
+def _demo_claims(agent_user) -> None:
+    """A fact, a stale claim (served as a lead) and an inference awaiting review."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from knowledge.services import claim_propose
+
+    now = timezone.now()
+    base = {"source_type": "official-doc", "scope": {"system": "blog", "version": "2", "task": "publish"},
+            "confidence": "reported"}
+    claim_propose(user=agent_user, data={
+        **base, "key": "blog/publish-window", "statement": "Posts publish between 06:00 and 07:00 UTC.",
+        "source_refs": ["https://docs.example.com/blog/publishing"],
+        "observed_at": (now - timedelta(hours=2)).isoformat(), "refresh_after": (now + timedelta(days=10)).isoformat()})
+    past = now - timedelta(days=12)
+    claim_propose(user=agent_user, now=past, data={
+        **base, "key": "blog/cdn-ttl", "statement": "The CDN caches posts for 10 minutes.",
+        "source_refs": ["https://docs.example.com/cdn"],
+        "observed_at": (past - timedelta(hours=1)).isoformat(), "refresh_after": (now - timedelta(days=1)).isoformat()})
+    claim_propose(user=agent_user, data={
+        **base, "key": "blog/deploy-flaky", "statement": "Deploys fail when the image cache is cold.",
+        "confidence": "engineering-inference", "source_refs": ["https://ci.example/runs/881"],
+        "observed_at": (now - timedelta(hours=1)).isoformat(), "refresh_after": (now + timedelta(days=7)).isoformat()})
