@@ -15,8 +15,8 @@ from ledger.models import Checkpoint, LedgerEvent, Run, Workflow
 
 def _cursor(*, write_path: bool = True):
     """For the append path on PostgreSQL, psycopg's own cursor on Django's connection (same
-    transaction): server-side binding, and psycopg prepares statements it sees repeatedly. Reads use
-    Django's cursor, so they stay visible to query logging, query-count tests and EXPLAIN captures."""
+    transaction), without Django's cursor wrapper. Reads use Django's cursor, so they stay visible to
+    query logging, query-count tests and EXPLAIN captures."""
     if write_path and connection.vendor == "postgresql":
         connection.ensure_connection()
         return connection.connection.cursor()
