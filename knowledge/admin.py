@@ -1,19 +1,8 @@
 from django.contrib import admin
 
+from stateboard.admin import ReadOnlyAdmin
+
 from knowledge.models import Claim, ClaimCitation, ClaimHead, GateDecision
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """The store is written through its services only (versions are append-only)."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Claim)

@@ -14,20 +14,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-
-def append_only_triggers(*, allow_delete: bool = False):
-    """No UPDATE (nor DELETE unless allowed) and no TRUNCATE, for every connection."""
-    operation = pgtrigger.Update if allow_delete else pgtrigger.Update | pgtrigger.Delete
-    return [
-        pgtrigger.Protect(name="append_only", operation=operation),
-        pgtrigger.Trigger(
-            name="no_truncate",
-            operation=pgtrigger.Truncate,
-            level=pgtrigger.Statement,
-            when=pgtrigger.Before,
-            func="RAISE EXCEPTION 'pgtrigger: Cannot truncate % table: it is append-only', TG_TABLE_NAME;",
-        ),
-    ]
+from stateboard.db import append_only_triggers
 
 
 class ClaimStatus(models.TextChoices):

@@ -1,20 +1,9 @@
 from django.contrib import admin, messages
+
+from stateboard.admin import ReadOnlyAdmin
 from django.utils import timezone
 
 from ledger.models import Agent, ApiToken, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """The ledger and its projections are written through the services only."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Workflow)

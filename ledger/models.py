@@ -5,6 +5,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from stateboard.db import append_only_triggers as shared_append_only_triggers
+
 DEFAULT_STAGES = ["discovery", "assessment", "draft", "build", "commit", "push", "deploy", "verify"]
 DEFAULT_EFFECT_STAGES = ["commit", "push", "deploy"]
 DEFAULT_APPROVAL_STAGES = ["deploy"]
@@ -23,17 +25,7 @@ def default_approval_stages():
 
 
 def append_only_triggers():
-    """The ledger guard: no UPDATE, DELETE or TRUNCATE, for every connection (superusers too)."""
-    return [
-        pgtrigger.Protect(name="append_only", operation=pgtrigger.Update | pgtrigger.Delete),
-        pgtrigger.Trigger(
-            name="no_truncate",
-            operation=pgtrigger.Truncate,
-            level=pgtrigger.Statement,
-            when=pgtrigger.Before,
-            func="RAISE EXCEPTION 'pgtrigger: Cannot truncate % table: the ledger is append-only', TG_TABLE_NAME;",
-        ),
-    ]
+    return shared_append_only_triggers(what="the ledger is append-only")
 
 
 class Agent(models.Model):
