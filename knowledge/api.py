@@ -73,13 +73,6 @@ def _claims_data(claims: list[Claim], *, now=None) -> list[dict]:
     return ClaimOutput(claims, many=True, context={"now": now}).data
 
 
-def _positive_int(value, default: int, maximum: int) -> int:
-    try:
-        return max(1, min(int(value), maximum))
-    except (TypeError, ValueError):
-        return default
-
-
 class ClaimListProposeApi(APIView):
     """GET: current claims by scope and key (facts and leads, never tombstones).
     POST: propose a claim through the write gate."""

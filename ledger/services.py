@@ -7,6 +7,7 @@ refused request raises before anything is flushed, so nothing partial is ever wr
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -463,7 +464,7 @@ class _Append:
     def run(self) -> Run:
         return self.writer.run
 
-    @property
+    @functools.cached_property
     def spec(self) -> recovery.WorkflowSpec:
         return _spec(self.run.workflow)
 

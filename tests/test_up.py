@@ -26,3 +26,15 @@ def test_up_migrates_seeds_and_serves_on_sqlite(tmp_path):
     assert result.returncode == 0, output
     assert "Demo data seeded" in output and "/healthz answered 200" in output
     assert (tmp_path / "stateboard.sqlite3").exists()
+    # The embedded database guards the ledger too (SQLite triggers from the migrations).
+    probe = ("from django.db import connection\n"
+             "for sql in ('UPDATE ledger_ledgerevent SET actor = 1', 'DELETE FROM ledger_ledgerevent',\n"
+             "            'UPDATE knowledge_claim SET statement = 1'):\n"
+             "    try:\n"
+             "        connection.cursor().execute(sql)\n"
+             "        print('ALLOWED', sql)\n"
+             "    except Exception as exc:\n"
+             "        print('REFUSED', exc)\n")
+    guarded = subprocess.run([sys.executable, "manage.py", "shell", "-c", probe], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert guarded.stdout.count("REFUSED") == 3 and "ALLOWED" not in guarded.stdout, guarded.stdout + guarded.stderr
