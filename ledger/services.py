@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ledger import recovery, sql
+from ledger import machine, recovery, sql
 from ledger.models import (
     HOLDING_STATES,
     LEASED_STATES,
@@ -112,8 +112,13 @@ class _RunWriter:
         self.events.append(event)
         return event
 
-    def transition(self, to: str, reason_code: str = "", actor: str | None = None, **data) -> LedgerEvent:
+    def transition(self, to: str, reason_code: str = "", *, cause: str, actor: str | None = None,
+                   **data) -> LedgerEvent:
+        """Move the run along one edge of ``ledger.machine.TRANSITIONS``; any other move is refused."""
         run = self.run
+        if not machine.allowed(run.state, cause, to):
+            raise Conflict("illegal_transition", f"The run cannot move from {run.state!r} to {to!r} ({cause}).",
+                           state=run.state, current_stage=run.current_stage)
         event = self.emit(EventKind.TRANSITION, run.current_stage, reason_code=reason_code,
                           data={"from": run.state, "to": to, **data}, actor=actor or self.actor)
         run.state = to
@@ -284,7 +289,7 @@ def _expire_dead_leases(*, workflow: Workflow, intent: str, now: datetime, exclu
     for run in runs:
         if _lease_expired(run, now):
             writer = _RunWriter(run, "system", now)
-            writer.transition("failed", "lease_expired", lease_owner=run.lease_owner)
+            writer.transition("failed", "lease_expired", cause="lease_expired", lease_owner=run.lease_owner)
             writer.flush()
         else:
             alive.append(run)
@@ -323,11 +328,11 @@ def _apply_decision(writer: _RunWriter, inp: recovery.RecoveryInput, context: di
     run.current_stage = decision.resume_from or ""
     nothing_found = decision.reason_code == "no_checkpoint"
     if from_state in ("captured", "escalated"):
-        writer.transition("restore")
+        writer.transition("restore", cause="retried" if from_state == "escalated" else "decided")
     if not nothing_found:
-        writer.transition("compare")
+        writer.transition("compare", cause="decided")
     writer.emit(EventKind.DECIDED, reason_code=decision.reason_code, data=run.decision)
-    writer.transition(decision.outcome, decision.reason_code)
+    writer.transition(decision.outcome, decision.reason_code, cause="decided")
     if decision.outcome in ("fresh", "resume", "verify_only"):
         writer.renew_lease()
     return decision
@@ -389,7 +394,7 @@ def runs_expire_leases(*, now: datetime | None = None) -> int:
             run = _lock_run(run_id)
             if _lease_expired(run, now):
                 writer = _RunWriter(run, "system", now)
-                writer.transition("failed", "lease_expired", lease_owner=run.lease_owner)
+                writer.transition("failed", "lease_expired", cause="lease_expired", lease_owner=run.lease_owner)
                 writer.flush()
                 expired += 1
     return expired
@@ -509,11 +514,11 @@ class _Append:
     def after_pass(self, event: LedgerEvent) -> None:
         """A stage passed: server checkpoint, then completed when no stage is left."""
         self.writer.rows.append(_server_checkpoint(self.run, now=self.writer.now))
-        self.writer.transition("checkpointed")
+        self.writer.transition("checkpointed", cause=self.kind)
 
     def finish_if_done(self) -> None:
         if self.next_stage() is None:
-            self.writer.transition("completed", "all_stages_done")
+            self.writer.transition("completed", "all_stages_done", cause=self.kind)
 
 
 def _claim_effect(app: _Append, event: LedgerEvent) -> str:
@@ -563,7 +568,7 @@ def _on_started(app: _Append, event: LedgerEvent) -> None:
     else:
         app.mark("started", event)
     app.run.current_stage = app.stage
-    app.writer.transition("execute")
+    app.writer.transition("execute", cause="started")
 
 
 def _require_executing(app: _Append) -> None:
@@ -584,7 +589,7 @@ def _on_succeeded(app: _Append, event: LedgerEvent) -> None:
     app.mark("succeeded", event)
     app.after_pass(event)
     if app.is_effect_stage():
-        app.writer.transition("verify", "effect_attempted")
+        app.writer.transition("verify", "effect_attempted", cause="succeeded")
     else:
         app.finish_if_done()
 
@@ -595,7 +600,7 @@ def _on_skipped(app: _Append, event: LedgerEvent) -> None:
         if app.stage != app.next_stage():
             raise _illegal(run, f"Only the next stage ({app.next_stage()!r}) may be skipped.")
         run.current_stage = app.stage
-        app.writer.transition("execute")
+        app.writer.transition("execute", cause="skipped")
     else:
         _require_executing(app)
         if app.is_effect_stage():
@@ -611,20 +616,20 @@ def _on_failed(app: _Append, event: LedgerEvent) -> None:
         if app.is_effect_stage():
             app.effect_set("failed", event)
         app.mark("failed", event)
-        app.writer.transition("failed", event.reason_code or "stage_failed")
+        app.writer.transition("failed", event.reason_code or "stage_failed", cause="failed")
         return
     if run.state not in ("verify", "verify_only", "checkpointed") or not (
             app.is_effect_stage() and app.has_unverified_effect()):
         raise _illegal(run, f"'failed' on {app.stage!r} is not allowed while the run is {run.state!r}.")
     run.current_stage = app.stage
     if run.state != "verify":
-        app.writer.transition("verify")
+        app.writer.transition("verify", cause="failed")
     if event.reason_code == "effect_absent":
         app.effect_set("failed", event)
         app.mark("failed", event)
-        app.writer.transition("checkpointed", "effect_absent")
+        app.writer.transition("checkpointed", "effect_absent", cause="failed")
     else:
-        app.writer.transition("compensate", event.reason_code or "effect_inconsistent")
+        app.writer.transition("compensate", event.reason_code or "effect_inconsistent", cause="failed")
 
 
 def _on_unknown(app: _Append, event: LedgerEvent) -> None:
@@ -634,7 +639,7 @@ def _on_unknown(app: _Append, event: LedgerEvent) -> None:
     if app.effect_set("unknown", event, ref=event.effect) is None:
         raise _illegal(app.run, "No claimed effect for this stage.")
     app.mark("unknown", event)
-    app.writer.transition("verify", "effect_unknown")
+    app.writer.transition("verify", "effect_unknown", cause="unknown")
 
 
 def _on_verified(app: _Append, event: LedgerEvent) -> None:
@@ -654,15 +659,15 @@ def _on_verified(app: _Append, event: LedgerEvent) -> None:
         raise _illegal(run, f"Nothing to verify on {app.stage!r} while the run is {run.state!r}.")
     run.current_stage = app.stage
     if executing:
-        app.writer.transition("checkpointed")
+        app.writer.transition("checkpointed", cause="verified")
     if run.state != "verify":
-        app.writer.transition("verify")
+        app.writer.transition("verify", cause="verified")
     app.mark("verified", event, effect_key=key)
     app.writer.rows.append(_server_checkpoint(run, now=now))
     if app.next_stage() is None:
-        app.writer.transition("completed", "all_stages_done")
+        app.writer.transition("completed", "all_stages_done", cause="verified")
     else:
-        app.writer.transition("checkpointed", "effect_verified")
+        app.writer.transition("checkpointed", "effect_verified", cause="verified")
 
 
 def _on_proposed(app: _Append, event: LedgerEvent) -> None:
@@ -1004,7 +1009,7 @@ def approval_request(*, run_id, kind: str, stage: str, action, actor: str, user=
     if kind == Approval.Kind.HIGH_IMPACT:
         if run.state != "awaiting_approval":
             run.current_stage = stage
-            writer.transition("awaiting_approval", "approval_requested", approval=str(approval.id))
+            writer.transition("awaiting_approval", "approval_requested", cause="approval_requested", approval=str(approval.id))
         run.lease_expires_at = None  # no lease expiry while a human decides
     else:
         writer.renew_lease()
@@ -1096,9 +1101,9 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Ap
         run.lease_expires_at = now + timedelta(seconds=run.workflow.lease_seconds)
     if not approve:
         if approval.kind == Approval.Kind.HIGH_IMPACT and run.state == "awaiting_approval":
-            writer.transition("abandoned", "approval_rejected", reason=reason)
+            writer.transition("abandoned", "approval_rejected", cause="rejected", reason=reason)
         elif approval.kind == Approval.Kind.COMPENSATION and run.state == "compensate":
-            writer.transition("escalated", "compensation_rejected", reason=reason)
+            writer.transition("escalated", "compensation_rejected", cause="rejected", reason=reason)
     writer.flush()
     if run.state == "escalated":
         _escalation_raise(run, now=now)
@@ -1168,7 +1173,7 @@ def run_abandon(*, run_id, user, reason: str) -> Run:
     now = timezone.now()
     writer = _RunWriter(run, actor, now)
     writer.emit(EventKind.ABANDONED, run.current_stage, reason_code="oncall_abandon", data={"role": role, "reason": reason})
-    writer.transition("abandoned", "oncall_abandon", reason=reason)
+    writer.transition("abandoned", "oncall_abandon", cause="abandoned", reason=reason)
     writer.flush()
     _close_escalation(run, status="rejected", actor=actor, role=role, reason=reason, now=now)
     Approval.objects.filter(run=run, status="pending").update(status="expired", decided_at=now)
@@ -1208,11 +1213,11 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
     now = timezone.now()
     writer = _RunWriter(run, actor, now)
     if run.state == "escalated":
-        writer.transition("compensate", "oncall_compensate", reason=reason)
+        writer.transition("compensate", "oncall_compensate", cause="compensate", reason=reason)
     plan = compensation_plan(run)
     approval = None
     if plan is None:
-        writer.transition("escalated", "compensation_not_deterministic")
+        writer.transition("escalated", "compensation_not_deterministic", cause="compensate")
     else:
         pending = Approval.objects.filter(run=run, kind=Approval.Kind.COMPENSATION, status="pending").first()
         approval = pending or Approval.objects.create(
@@ -1247,7 +1252,7 @@ def _on_compensated(app: _Append, event: LedgerEvent) -> None:
     (Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent, input_fingerprint=run.input_fingerprint)
      .exclude(status__in=("failed", "compensated"))
      .update(status="compensated", last_seq=event.seq, updated_at=event.at))
-    app.writer.transition("compensated", "compensation_verified")
+    app.writer.transition("compensated", "compensation_verified", cause="compensated")
 
 
 def approvals_expire(*, now: datetime | None = None) -> int:
@@ -1267,7 +1272,7 @@ def approvals_expire(*, now: datetime | None = None) -> int:
             writer.emit(EventKind.EXPIRED, approval.stage, reason_code="approval_expired",
                         data={"approval": str(approval.id), "kind": approval.kind})
             if approval.kind != Approval.Kind.ESCALATION and run.state in ("awaiting_approval", "compensate"):
-                writer.transition("escalated", "approval_expired", approval=str(approval.id))
+                writer.transition("escalated", "approval_expired", cause="expired", approval=str(approval.id))
             writer.flush()
             if run.state == "escalated":
                 _escalation_raise(run, now=now)  # an expired escalation is raised afresh: on-call must still see it

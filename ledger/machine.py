@@ -1,0 +1,87 @@
+"""The run state machine (SPEC §2) as data: the engine validates against it, the run page draws it.
+
+A transition is ``(from_state, cause, to_state)``. The cause names what moved the run: an agent's
+event kind (``started``, ``succeeded``, …), a human action (``retried``, ``abandoned``), the
+decision (``decided``), or a sweep (``lease_expired``). ``RunWriter.transition`` refuses any
+move that is not in ``TRANSITIONS``, so the table is the one home of the rule.
+"""
+
+from __future__ import annotations
+
+from ledger.models import HOLDING_STATES, TERMINAL_STATES, RunState
+
+S = RunState
+
+# States a decision can land in (SPEC §3).
+DECIDED_STATES = (S.FRESH, S.RESUME, S.VERIFY_ONLY, S.NOOP, S.ESCALATED)
+# States in which a run can be moved to `failed` because its lease ran out (or it was never leased).
+EXPIRABLE_STATES = tuple(s for s in HOLDING_STATES if s not in (S.COMPENSATE,))
+# Finished (or held-for-a-human) states that a rollback can reopen (SPEC §10.2).
+ROLLBACK_STATES = (S.COMPLETED, S.FAILED, S.ESCALATED, S.ABANDONED, S.COMPENSATED)
+# States between stages that a goal change moves back to `restore` (SPEC §10.1).
+GOAL_CHANGE_STATES = (S.FRESH, S.RESUME, S.CHECKPOINTED, S.AWAITING_APPROVAL)
+
+TRANSITIONS: frozenset[tuple[str, str, str]] = frozenset({
+    # trigger and decision
+    (S.CAPTURED, "decided", S.RESTORE),
+    (S.RESTORE, "decided", S.FRESH),
+    (S.RESTORE, "decided", S.COMPARE),
+    *((S.COMPARE, "decided", to) for to in DECIDED_STATES),
+    # stages
+    (S.FRESH, "started", S.EXECUTE),
+    (S.RESUME, "started", S.EXECUTE),
+    (S.CHECKPOINTED, "started", S.EXECUTE),
+    (S.FRESH, "skipped", S.EXECUTE),
+    (S.RESUME, "skipped", S.EXECUTE),
+    (S.CHECKPOINTED, "skipped", S.EXECUTE),
+    (S.EXECUTE, "succeeded", S.CHECKPOINTED),
+    (S.EXECUTE, "skipped", S.CHECKPOINTED),
+    (S.EXECUTE, "verified", S.CHECKPOINTED),
+    (S.EXECUTE, "failed", S.FAILED),
+    (S.EXECUTE, "unknown", S.VERIFY),
+    (S.CHECKPOINTED, "succeeded", S.COMPLETED),
+    (S.CHECKPOINTED, "skipped", S.COMPLETED),
+    (S.CHECKPOINTED, "verified", S.COMPLETED),
+    (S.CHECKPOINTED, "succeeded", S.VERIFY),
+    (S.CHECKPOINTED, "verified", S.VERIFY),
+    (S.CHECKPOINTED, "failed", S.VERIFY),
+    # verification
+    (S.VERIFY_ONLY, "verified", S.VERIFY),
+    (S.VERIFY_ONLY, "failed", S.VERIFY),
+    (S.VERIFY, "verified", S.CHECKPOINTED),
+    (S.VERIFY, "verified", S.COMPLETED),
+    (S.VERIFY, "failed", S.CHECKPOINTED),  # checked and found absent: the stage may run again
+    (S.VERIFY, "failed", S.COMPENSATE),  # partial or inconsistent
+    # human approval
+    (S.FRESH, "approval_requested", S.AWAITING_APPROVAL),
+    (S.RESUME, "approval_requested", S.AWAITING_APPROVAL),
+    (S.CHECKPOINTED, "approval_requested", S.AWAITING_APPROVAL),
+    (S.AWAITING_APPROVAL, "started", S.EXECUTE),
+    (S.AWAITING_APPROVAL, "rejected", S.ABANDONED),
+    (S.AWAITING_APPROVAL, "expired", S.ESCALATED),
+    # compensation and on-call
+    (S.COMPENSATE, "compensated", S.COMPENSATED),
+    (S.COMPENSATE, "rejected", S.ESCALATED),
+    (S.COMPENSATE, "expired", S.ESCALATED),
+    (S.COMPENSATE, "compensate", S.ESCALATED),  # the compensation cannot be derived deterministically
+    (S.ESCALATED, "retried", S.RESTORE),
+    (S.ESCALATED, "compensate", S.COMPENSATE),
+    (S.ESCALATED, "abandoned", S.ABANDONED),
+    # the lease ran out: the agent died (or no agent leased a queued run)
+    *((state, "lease_expired", S.FAILED) for state in EXPIRABLE_STATES),
+})
+
+EDGES: frozenset[tuple[str, str]] = frozenset((a, b) for a, _, b in TRANSITIONS)
+
+
+def allowed(from_state: str, cause: str, to_state: str) -> bool:
+    return (from_state, cause, to_state) in TRANSITIONS
+
+
+def causes(from_state: str, to_state: str) -> list[str]:
+    """The causes that can move a run from one state to another (for the drawing's labels)."""
+    return sorted({c for a, c, b in TRANSITIONS if a == from_state and b == to_state})
+
+
+def is_terminal(state: str) -> bool:
+    return state in TERMINAL_STATES
