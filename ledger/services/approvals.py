@@ -1,0 +1,195 @@
+"""Approvals: requests, human decisions, permits (single-use, for exactly one action), expiry."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from ledger import recovery
+from ledger.models import Approval, EventKind, LedgerEvent, Run
+from ledger.services.escalations import escalation_raise
+from ledger.services.oncall import run_abandon, run_retry
+from ledger.services.writer import (RunWriter, illegal, run_lock, stage_status, workflow_and_run_lock,
+                                    workflow_spec)
+from stateboard.canonical import digest
+from stateboard.errors import Conflict, Forbidden, Invalid, NotFound
+
+
+ACTION_FIELDS = ("system", "operation", "target", "summary")
+
+
+def action_validate(action) -> dict:
+    if not isinstance(action, dict) or not all(isinstance(action.get(f), str) for f in ACTION_FIELDS) \
+            or set(action) - set(ACTION_FIELDS):
+        raise Invalid("invalid_action", "action must be an object {system, operation, target, summary} of strings.")
+    return action
+
+
+
+def _approval_out(approval: Approval) -> dict:
+    return {"id": str(approval.id), "kind": approval.kind, "stage": approval.stage, "status": approval.status}
+
+
+@transaction.atomic
+def approval_request(*, run_id, kind: str, stage: str, action, actor: str, user=None) -> tuple[Approval, bool]:
+    """An agent asks for a human decision; a high-impact request puts the run in ``awaiting_approval``."""
+    run = run_lock(run_id)
+    if kind not in (Approval.Kind.HIGH_IMPACT, Approval.Kind.COMPENSATION):
+        raise Invalid("invalid_kind", "kind must be 'high_impact' or 'compensation' (escalations are raised by Stateboard).")
+    action = action_validate(action)
+    if stage not in run.workflow.stages:
+        raise Invalid("unknown_stage", f"Stage {stage!r} is not a stage of workflow {run.workflow.slug!r}.")
+    pending = Approval.objects.filter(run=run, stage=stage, kind=kind, status="pending").first()
+    if pending is not None:
+        if pending.action_digest == digest(action):
+            return pending, False
+        raise Conflict("approval_pending", "A request for this stage is already pending.", approval=_approval_out(pending))
+    now = timezone.now()
+    writer = RunWriter(run, actor, now)
+    if kind == Approval.Kind.HIGH_IMPACT:
+        if stage not in run.workflow.approval_stages:
+            raise Invalid("not_an_approval_stage", f"Stage {stage!r} is not an approval stage of this workflow.")
+        expected = recovery.first_not_done(workflow_spec(run.workflow), stage_status(run))
+        if run.state not in ("fresh", "resume", "checkpointed", "awaiting_approval") or stage != expected:
+            raise illegal(run, f"Approval for {stage!r} can be requested when it is the next stage "
+                                f"(run is {run.state!r}, next stage {expected!r}).")
+    elif run.state not in ("compensate",):
+        raise illegal(run, "A compensation is requested for a run in 'compensate'.")
+    approval = Approval.objects.create(
+        kind=kind, run=run, stage=stage, action=action, action_digest=digest(action),
+        policy_version=run.workflow.policy_version, input_fingerprint=run.input_fingerprint,
+        requested_by=actor, requested_by_user=user, created_at=now,
+        deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
+    writer.emit(EventKind.APPROVAL_REQUESTED, stage, data={"approval": str(approval.id), "kind": kind, "action": action})
+    if kind == Approval.Kind.HIGH_IMPACT:
+        if run.state != "awaiting_approval":
+            run.current_stage = stage
+            writer.transition("awaiting_approval", "approval_requested", cause="approval_requested", approval=str(approval.id))
+        run.lease_expires_at = None  # no lease expiry while a human decides
+    else:
+        writer.renew_lease()
+    writer.flush()
+    return approval, True
+
+
+def permit_find(*, run: Run, stage: str, kind: str, action, now: datetime, asked: str = "") -> Approval:
+    """The approved, unconsumed permit for exactly this action, policy, input and deadline, locked."""
+    asked = asked or f"{kind!r} on {stage!r}"
+    permits = Approval.objects.select_for_update().filter(kind=kind, status="approved", consumed_at__isnull=True)
+    if kind == Approval.Kind.HIGH_IMPACT:  # a permit outlives the run that asked for it
+        permits = permits.filter(run__workflow_id=run.workflow_id, run__intent=run.intent, stage=stage)
+    else:
+        permits = permits.filter(run=run)
+    permit = permits.order_by("-decided_at").first()
+    if permit is None:
+        raise Conflict("approval_required", f"{asked} needs an approved request first.")
+    if action is None:
+        raise Invalid("action_required", f"{asked} must carry the approved action object.")
+    reasons = [reason for reason, void in (
+        ("action_changed", not isinstance(action, dict) or digest(action) != permit.action_digest),
+        ("policy_changed", permit.policy_version not in (run.policy_version,) or
+         permit.policy_version != run.workflow.policy_version),
+        ("inputs_changed", permit.input_fingerprint != run.input_fingerprint),
+        ("deadline_passed", now > permit.deadline)) if void]
+    if reasons:
+        raise Conflict("approval_void", "The approval no longer covers this: " + ", ".join(reasons)
+                       + ". Request a fresh approval.", reasons=reasons, approval=str(permit.id))
+    return permit
+
+
+def permit_spend(permit: Approval, event: LedgerEvent) -> None:
+    permit.consumed_at, permit.consumed_seq = event.at, event.seq
+    permit.save(update_fields=["consumed_at", "consumed_seq"])
+
+
+def _decide_escalation(approval: Approval, *, approve: bool, user, reason: str) -> None:
+    if approve:
+        run_retry(run_id=approval.run_id, user=user, reason=reason or "approved escalation")
+    else:
+        run_abandon(run_id=approval.run_id, user=user, reason=reason)
+
+
+
+@transaction.atomic
+def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Approval:
+    """Approve or reject once. Repeating the same decision changes nothing; a conflicting one is 409."""
+    from stateboard.roles import EDITOR, ONCALL, acting_role, actor_for, has_role, is_agent
+
+    try:
+        run_id = Approval.objects.values_list("run_id", flat=True).get(id=approval_id)
+    except (Approval.DoesNotExist, ValueError, TypeError, DjangoValidationError):
+        raise NotFound("approval_not_found", f"No approval with id {approval_id}.")
+    actor, verb = actor_for(user), ("approve" if approve else "reject")
+    _, run = workflow_and_run_lock(run_id)
+    approval = Approval.objects.select_for_update().get(id=approval_id)
+    allowed = {ONCALL} if approval.kind == Approval.Kind.ESCALATION else {EDITOR}
+    role = acting_role(user, allowed)
+
+    if is_agent(user):  # agents propose, people decide: an agent identity holding a human role too
+        raise Forbidden("permission_denied", "Agents never decide approvals.")
+    if not has_role(user, *allowed):
+        raise Forbidden("permission_denied", f"Only {'/'.join(sorted(allowed))} may decide {approval.kind} approvals.")
+    wanted = "approved" if approve else "rejected"
+    if approval.status == wanted:
+        return approval
+    if approval.status != "pending":
+        raise Conflict("approval_decided", f"This request is already {approval.status}.", status=approval.status)
+    if approval.requested_by_user_id is not None and approval.requested_by_user_id == user.id:
+        raise Forbidden("requester_cannot_decide", "The requester cannot decide their own request.")
+    if not approve and not reason.strip():
+        raise Invalid("reason_required", "A rejection needs a reason.")
+    now = timezone.now()
+    if approval.status == "pending" and now > approval.deadline:
+        raise Conflict("approval_expired", "The decision deadline has passed; the request expired.")
+    if approval.kind == Approval.Kind.ESCALATION:
+        _decide_escalation(approval, approve=approve, user=user, reason=reason)
+        approval.refresh_from_db()
+        return approval
+    approval.status, approval.decided_by, approval.decided_role = wanted, actor, role
+    approval.reason, approval.decided_at = reason, now
+    approval.save(update_fields=["status", "decided_by", "decided_role", "reason", "decided_at"])
+    writer = RunWriter(run, actor, now)
+    writer.emit(EventKind.APPROVED if approve else EventKind.REJECTED, approval.stage, reason_code=verb,
+                data={"approval": str(approval.id), "kind": approval.kind, "role": role, "reason": reason})
+    if approve and run.state == "awaiting_approval":
+        # The human has decided: the agent's lease runs again, so a dead agent is still noticed.
+        run.lease_expires_at = now + timedelta(seconds=run.workflow.lease_seconds)
+    if not approve:
+        if approval.kind == Approval.Kind.HIGH_IMPACT and run.state == "awaiting_approval":
+            writer.transition("abandoned", "approval_rejected", cause="rejected", reason=reason)
+        elif approval.kind == Approval.Kind.COMPENSATION and run.state == "compensate":
+            writer.transition("escalated", "compensation_rejected", cause="rejected", reason=reason)
+    writer.flush()
+    if run.state == "escalated":
+        escalation_raise(run, now=now)
+    return approval
+
+
+def approvals_expire(*, now: datetime | None = None) -> int:
+    """Sweep: undecided requests past their deadline expire; a waiting run escalates. Safe to run twice."""
+    now = now or timezone.now()
+    expired = 0
+    for approval_id, run_id in (Approval.objects.filter(status="pending", deadline__lte=now)
+                                .values_list("id", "run_id")[:1000]):
+        with transaction.atomic():
+            run = run_lock(run_id)
+            approval = Approval.objects.select_for_update().get(id=approval_id)
+            if approval.status != "pending":
+                continue
+            approval.status, approval.decided_at = "expired", now
+            approval.save(update_fields=["status", "decided_at"])
+            writer = RunWriter(run, "system", now)
+            writer.emit(EventKind.EXPIRED, approval.stage, reason_code="approval_expired",
+                        data={"approval": str(approval.id), "kind": approval.kind})
+            if approval.kind != Approval.Kind.ESCALATION and run.state in ("awaiting_approval", "compensate"):
+                writer.transition("escalated", "approval_expired", cause="expired", approval=str(approval.id))
+            writer.flush()
+            if run.state == "escalated":
+                escalation_raise(run, now=now)  # an expired escalation is raised afresh: on-call must still see it
+            expired += 1
+    return expired
+
+

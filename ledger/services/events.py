@@ -1,0 +1,395 @@
+"""Agents' events: validation, the per-kind handlers, effect claims, ``event_append``."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from ledger import recovery, sql
+from ledger.models import (STAGE_OUTCOME_KINDS, TERMINAL_STATES, UNVERIFIED_EFFECT_STATUSES, Approval, Effect,
+                           EventKind, LedgerEvent, Run)
+from ledger.services.approvals import permit_find, permit_spend
+from ledger.services.checkpoints import server_checkpoint
+from ledger.services.writer import (RunWriter, effect_key_default, illegal, parse_moment, run_lock, stage_status,
+                                    workflow_spec)
+from stateboard.canonical import canonical_json, digest
+from stateboard.errors import Conflict, Invalid
+
+
+AGENT_KINDS = STAGE_OUTCOME_KINDS | {"corrected"}
+
+# ---------------------------------------------------------------- events
+
+def _validate_evidence(evidence) -> list[dict]:
+    if evidence in (None, ""):
+        return []
+    if not isinstance(evidence, list) or not all(isinstance(item, dict) for item in evidence):
+        raise Invalid("invalid_evidence", "evidence must be a list of objects {uri, observed_at, digest?, excerpt?}.")
+    for item in evidence:
+        unknown = set(item) - {"uri", "observed_at", "digest", "excerpt", "claim"}
+        if unknown:
+            raise Invalid("invalid_evidence", f"Unknown evidence fields: {', '.join(sorted(unknown))}.")
+        if "uri" in item and (not isinstance(item["uri"], str) or not item["uri"]):
+            raise Invalid("invalid_evidence", "evidence uri must be a non-empty string.")
+        if "observed_at" in item and parse_moment(item["observed_at"]) is None:
+            raise Invalid("invalid_evidence", "evidence observed_at must be an ISO 8601 date-time with a timezone.")
+        for text_field in ("digest", "excerpt"):
+            if text_field in item and not isinstance(item[text_field], str):
+                raise Invalid("invalid_evidence", f"evidence {text_field} must be a string.")
+    return evidence
+
+
+EFFECT_LIMITS = {"system": 200, "operation": 200, "reference": 1000}
+
+
+def _validate_effect(effect) -> dict | None:
+    if effect is None:
+        return None
+    if not isinstance(effect, dict) or set(effect) - set(EFFECT_LIMITS) or not all(
+            isinstance(v, str) and len(v) <= EFFECT_LIMITS[k] for k, v in effect.items()):
+        raise Invalid("invalid_effect", "effect must be an object {system, operation, reference} of strings "
+                                        "(at most 200, 200 and 1000 characters).")
+    return effect
+
+
+
+
+def effect_out(effect: Effect) -> dict:
+    return {"idempotency_key": effect.idempotency_key, "stage": effect.stage, "status": effect.status,
+            "run": str(effect.run_id), "system": effect.system, "operation": effect.operation,
+            "reference": effect.reference}
+
+
+
+
+@dataclass
+class _Append:
+    """One agent event being applied to a locked run."""
+
+    writer: RunWriter
+    body: dict
+    stage: str
+    kind: str
+    permit: Approval | None = None  # found and checked before the event is written, spent with it
+
+    @property
+    def run(self) -> Run:
+        return self.writer.run
+
+    @functools.cached_property
+    def spec(self) -> recovery.WorkflowSpec:
+        return workflow_spec(self.run.workflow)
+
+    def is_effect_stage(self) -> bool:
+        return self.stage in self.run.workflow.effect_stages
+
+    def next_stage(self) -> str | None:
+        return recovery.first_not_done(self.spec, stage_status(self.run))
+
+    def mark(self, status: str, event: LedgerEvent, **extra) -> None:
+        entry = dict(self.run.stage_states.get(self.stage) or {})
+        entry.update(status=status, pointer=f"ledger:{self.run.id}/{event.seq}", digest=event.hash, **extra)
+        self.run.stage_states = {**self.run.stage_states, self.stage: entry}
+
+    def _effects(self):
+        run = self.run
+        return Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
+                                     input_fingerprint=run.input_fingerprint, stage=self.stage)
+
+    def effect_key(self) -> str | None:
+        """The stage's effect: named by the agent, recorded when the run claimed it, or looked up."""
+        key = self.body.get("idempotency_key") or (self.run.stage_states.get(self.stage) or {}).get("effect_key")
+        if key:
+            return key
+        return (self._effects().filter(status__in=UNVERIFIED_EFFECT_STATUSES)
+                .values_list("idempotency_key", flat=True).first())
+
+    def has_unverified_effect(self) -> bool:
+        key = self.effect_key()
+        return bool(key) and self._effects().filter(idempotency_key=key, status__in=UNVERIFIED_EFFECT_STATUSES).exists()
+
+    def effect_set(self, status: str, event: LedgerEvent, *, only_from=UNVERIFIED_EFFECT_STATUSES,
+                   ref: dict | None = None) -> str | None:
+        """Move this stage's effect to ``status`` if it is in ``only_from`` (one UPDATE); its key, or None."""
+        key = self.effect_key()
+        if not key:
+            return None
+        changes = {"status": status, "last_seq": event.seq, "updated_at": self.writer.now, **(ref or {})}
+        updated = self._effects().filter(idempotency_key=key, status__in=only_from).update(**changes)
+        return key if updated else None
+
+    def after_pass(self, event: LedgerEvent) -> None:
+        """A stage passed: server checkpoint, then completed when no stage is left."""
+        self.writer.rows.append(server_checkpoint(self.run, now=self.writer.now))
+        self.writer.transition("checkpointed", cause=self.kind)
+
+    def finish_if_done(self) -> None:
+        if self.next_stage() is None:
+            self.writer.transition("completed", "all_stages_done", cause=self.kind)
+
+
+def _claim_effect(app: _Append, event: LedgerEvent) -> str:
+    """Claim the effect key: a new row, or one whose effect never happened or was undone."""
+    run, now, key = app.run, app.writer.now, event.idempotency_key
+    claim = Effect(idempotency_key=key, workflow_id=run.workflow_id, intent=run.intent,
+                   input_fingerprint=run.input_fingerprint, stage=app.stage, run_id=run.id, status="attempted",
+                   claimed_seq=event.seq, last_seq=event.seq, created_at=now, updated_at=now)
+    if sql.rows_insert(Effect, [claim], skip_conflicts=True):
+        return key
+    existing = Effect.objects.select_for_update().get(idempotency_key=key)
+    if existing.status not in ("failed", "compensated"):
+        raise Conflict("effect_exists", "This effect was already started; verify it, never re-execute it.",
+                       effect=effect_out(existing))
+    existing.run, existing.status, existing.attempts = run, "attempted", existing.attempts + 1
+    existing.input_fingerprint, existing.stage = run.input_fingerprint, app.stage
+    existing.system = existing.operation = existing.reference = ""
+    existing.claimed_seq = existing.last_seq = event.seq
+    existing.updated_at = now
+    existing.save()
+    return key
+
+
+def _prepare_started(app: _Append) -> dict:
+    """Checks that need no write, before the event exists; returns data the event records."""
+    run, stage = app.run, app.stage
+    if run.state == "awaiting_approval":
+        if run.current_stage != stage:
+            raise illegal(run, f"The run awaits approval for {run.current_stage!r}, not {stage!r}.")
+    elif run.state in ("fresh", "resume", "checkpointed"):
+        expected = app.next_stage()
+        if stage != expected:
+            raise illegal(run, f"Stage {stage!r} may not start now; the next stage is {expected!r}.")
+    else:
+        raise illegal(run, f"A stage cannot start while the run is {run.state!r}.")
+    if stage in run.workflow.approval_stages:
+        app.permit = permit_find(run=run, stage=stage, kind=Approval.Kind.HIGH_IMPACT, action=app.body.get("action"),
+                                 now=app.writer.now, asked=f"{app.kind!r} on {stage!r}")
+        return {"approval": str(app.permit.id)}
+    return {}
+
+
+def _on_started(app: _Append, event: LedgerEvent) -> None:
+    if app.permit is not None:
+        permit_spend(app.permit, event)
+    if app.is_effect_stage():
+        app.mark("started", event, effect_key=_claim_effect(app, event))
+    else:
+        app.mark("started", event)
+    app.run.current_stage = app.stage
+    app.writer.transition("execute", cause="started")
+
+
+def _require_executing(app: _Append) -> None:
+    run = app.run
+    if run.state != "execute" or run.current_stage != app.stage:
+        raise illegal(run, f"{app.kind!r} on {app.stage!r} needs the run executing that stage "
+                            f"(it is {run.state!r} at {run.current_stage!r}).")
+
+
+def _on_succeeded(app: _Append, event: LedgerEvent) -> None:
+    _require_executing(app)
+    if app.is_effect_stage():
+        if not app.body.get("effect"):
+            raise Invalid("effect_required", f"succeeded on effect stage {app.stage!r} must carry the effect "
+                                             "{system, operation, reference}.")
+        if app.effect_set("effective", event, ref=event.effect) is None:
+            raise illegal(app.run, "No claimed effect for this stage.")
+    app.mark("succeeded", event)
+    app.after_pass(event)
+    if app.is_effect_stage():
+        app.writer.transition("verify", "effect_attempted", cause="succeeded")
+    else:
+        app.finish_if_done()
+
+
+def _on_skipped(app: _Append, event: LedgerEvent) -> None:
+    run = app.run
+    if run.state in ("fresh", "resume", "checkpointed"):
+        if app.stage != app.next_stage():
+            raise illegal(run, f"Only the next stage ({app.next_stage()!r}) may be skipped.")
+        run.current_stage = app.stage
+        app.writer.transition("execute", cause="skipped")
+    else:
+        _require_executing(app)
+        if app.is_effect_stage():
+            app.effect_set("failed", event, only_from=("attempted",))  # skipped after start: it never happened
+    app.mark("skipped", event)
+    app.after_pass(event)
+    app.finish_if_done()
+
+
+def _on_failed(app: _Append, event: LedgerEvent) -> None:
+    run = app.run
+    if run.state == "execute" and run.current_stage == app.stage:
+        if app.is_effect_stage():
+            app.effect_set("failed", event)
+        app.mark("failed", event)
+        app.writer.transition("failed", event.reason_code or "stage_failed", cause="failed")
+        return
+    if run.state not in ("verify", "verify_only", "checkpointed") or not (
+            app.is_effect_stage() and app.has_unverified_effect()):
+        raise illegal(run, f"'failed' on {app.stage!r} is not allowed while the run is {run.state!r}.")
+    run.current_stage = app.stage
+    if run.state != "verify":
+        app.writer.transition("verify", cause="failed")
+    if event.reason_code == "effect_absent":
+        app.effect_set("failed", event)
+        app.mark("failed", event)
+        app.writer.transition("checkpointed", "effect_absent", cause="failed")
+    else:
+        app.writer.transition("compensate", event.reason_code or "effect_inconsistent", cause="failed")
+
+
+def _on_unknown(app: _Append, event: LedgerEvent) -> None:
+    _require_executing(app)
+    if not app.is_effect_stage():
+        raise Invalid("unknown_needs_effect_stage", "'unknown' is for effect stages whose outcome was not observed.")
+    if app.effect_set("unknown", event, ref=event.effect) is None:
+        raise illegal(app.run, "No claimed effect for this stage.")
+    app.mark("unknown", event)
+    app.writer.transition("verify", "effect_unknown", cause="unknown")
+
+
+def _on_verified(app: _Append, event: LedgerEvent) -> None:
+    run, now = app.run, app.writer.now
+    if not any(isinstance(e, dict) and e.get("uri") and e.get("observed_at") for e in event.evidence):
+        raise Invalid("evidence_required", "'verified' needs at least one evidence item with uri and observed_at.")
+    if not app.is_effect_stage():
+        _require_executing(app)
+        app.mark("verified", event)
+        app.after_pass(event)
+        app.finish_if_done()
+        return
+    executing = run.state == "execute" and run.current_stage == app.stage
+    key = (app.effect_set("verified", event, ref=event.effect)
+           if executing or run.state in ("verify", "verify_only", "checkpointed") else None)
+    if key is None:
+        raise illegal(run, f"Nothing to verify on {app.stage!r} while the run is {run.state!r}.")
+    run.current_stage = app.stage
+    if executing:
+        app.writer.transition("checkpointed", cause="verified")
+    if run.state != "verify":
+        app.writer.transition("verify", cause="verified")
+    app.mark("verified", event, effect_key=key)
+    app.writer.rows.append(server_checkpoint(run, now=now))
+    if app.next_stage() is None:
+        app.writer.transition("completed", "all_stages_done", cause="verified")
+    else:
+        app.writer.transition("checkpointed", "effect_verified", cause="verified")
+
+
+def _on_proposed(app: _Append, event: LedgerEvent) -> None:
+    _require_executing(app)
+
+
+def _on_corrected(app: _Append, event: LedgerEvent) -> None:
+    corrects = event.data.get("corrects") if isinstance(event.data, dict) else None
+    if not isinstance(corrects, int) or not 1 <= corrects < event.seq:
+        raise Invalid("invalid_correction", "A correction needs data.corrects: the seq of an earlier event of this run.")
+
+
+
+
+STRING_LIMITS = {"reason_code": 100, "client_event_id": 200, "idempotency_key": 200}
+
+
+def _validate_event_body(run: Run, body: dict) -> tuple[str, str]:
+    kind, stage = body.get("kind"), body.get("stage") or ""
+    if not isinstance(kind, str) or kind not in EventKind.values:
+        raise Invalid("unknown_kind", f"Unknown event kind {kind!r}.")
+    if kind not in AGENT_KINDS and kind != "compensated":
+        raise Invalid("kind_reserved", f"Kind {kind!r} is written by Stateboard itself, not posted.")
+    if not isinstance(stage, str) or (stage not in run.workflow.stages and not (kind == "corrected" and stage == "")):
+        raise Invalid("unknown_stage", f"Stage {stage!r} is not a stage of workflow {run.workflow.slug!r}.")
+    for name, limit in STRING_LIMITS.items():
+        if body.get(name) is not None and (not isinstance(body[name], str) or len(body[name]) > limit):
+            raise Invalid("validation_error", f"{name} must be a string of at most {limit} characters.")
+    if body.get("data") is not None and not isinstance(body["data"], dict):
+        raise Invalid("validation_error", "data must be an object.")
+    if len(canonical_json(body.get("data") or {})) > 16 * 1024:
+        raise Invalid("data_too_large", "data is for small facts (at most 16 KiB); put artifacts behind evidence uris.")
+    return kind, stage
+
+
+@transaction.atomic
+def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
+    """Append an agent's event; returns (event, created). A retried client_event_id returns the original."""
+    client_event_id = body.get("client_event_id")
+    if client_event_id is not None and (not isinstance(client_event_id, str) or not client_event_id
+                                        or len(client_event_id) > 200):
+        raise Invalid("validation_error", "client_event_id must be a non-empty string of at most 200 characters.")
+    run = run_lock(run_id, client_event_id=client_event_id)
+    body_digest = digest(body)
+    if client_event_id is not None and run.original_event_id is not None:
+        original = LedgerEvent.objects.get(id=run.original_event_id)
+        if original.body_digest == body_digest:
+            return original, False
+        raise Conflict("client_event_id_mismatch", "This client_event_id was used with a different body.",
+                       seq=original.seq)
+    kind, stage = _validate_event_body(run, body)
+    if run.state in TERMINAL_STATES and kind != "corrected":
+        raise illegal(run, f"The run is {run.state!r}; it accepts no more stage events.")
+    now = timezone.now()
+    writer = RunWriter(run, actor, now)
+    app = _Append(writer, body, stage, kind)
+    recorded = _PREPARE[kind](app) if kind in _PREPARE else {}  # e.g. the approval a start spends
+    event = writer.emit(
+        kind, stage, reason_code=body.get("reason_code") or "", data={**(body.get("data") or {}), **recorded},
+        effect=_validate_effect(body.get("effect")), evidence=_validate_evidence(body.get("evidence")),
+        client_event_id=client_event_id, body_digest=body_digest,
+        idempotency_key=_event_effect_key(run, kind, stage, body),
+    )
+    _HANDLERS[kind](app, event)
+    writer.renew_lease()
+    writer.flush()
+    claim_uris = [e["uri"] for e in event.evidence if e.get("uri", "").startswith("claim:")]
+    if claim_uris:
+        from knowledge import services as knowledge_services
+
+        knowledge_services.claim_citations_record(event_id=event.id, run_id=run.id, actor=actor, at=now,
+                                                  uris=claim_uris)
+    return event, True
+
+
+def _event_effect_key(run: Run, kind: str, stage: str, body: dict) -> str:
+    """Events on an effect stage carry its idempotency key (the default key unless the agent names one)."""
+    key = body.get("idempotency_key")
+    if stage not in run.workflow.effect_stages or key:
+        return key or ""
+    if kind != "started":
+        key = (run.stage_states.get(stage) or {}).get("effect_key")
+    return key or effect_key_default(workflow_slug=run.workflow.slug, intent=run.intent,
+                                     fingerprint=run.input_fingerprint, stage=stage)
+
+
+def _prepare_compensated(app: _Append) -> dict:
+    """The executor performed the approved compensation and verified it."""
+    if app.run.state != "compensate":
+        raise illegal(app.run, "'compensated' is posted by the executor of an approved compensation.")
+    evidence = app.body.get("evidence") or []
+    if not any(isinstance(e, dict) and e.get("uri") and e.get("observed_at") for e in evidence):
+        raise Invalid("evidence_required", "'compensated' needs evidence that the undo was verified (uri, observed_at).")
+    app.permit = permit_find(run=app.run, stage=app.stage, kind=Approval.Kind.COMPENSATION,
+                             action=app.body.get("action"), now=app.writer.now, asked=f"{app.kind!r} on {app.stage!r}")
+    return {"approval": str(app.permit.id)}
+
+
+def _on_compensated(app: _Append, event: LedgerEvent) -> None:
+    run = app.run
+    permit_spend(app.permit, event)
+    (Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent, input_fingerprint=run.input_fingerprint)
+     .exclude(status__in=("failed", "compensated"))
+     .update(status="compensated", last_seq=event.seq, updated_at=event.at))
+    app.writer.transition("compensated", "compensation_verified", cause="compensated")
+
+
+_PREPARE = {"started": _prepare_started, "compensated": _prepare_compensated}
+_HANDLERS = {
+    "compensated": _on_compensated,
+    "started": _on_started, "succeeded": _on_succeeded, "skipped": _on_skipped, "failed": _on_failed,
+    "unknown": _on_unknown, "verified": _on_verified, "proposed": _on_proposed, "corrected": _on_corrected,
+}
+

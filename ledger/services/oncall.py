@@ -1,0 +1,122 @@
+"""On-call: retry, abandon and compensate escalated runs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, Run
+from ledger.services.escalations import escalation_close, escalation_raise
+from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
+from ledger.services.writer import RunWriter, illegal, run_lock, workflow_and_run_lock
+from stateboard.canonical import digest
+from stateboard.errors import Conflict, Forbidden, Invalid
+
+
+def _oncall(user) -> tuple[str, str]:
+    from stateboard.roles import ONCALL, acting_role, actor_for, has_role, is_agent
+
+    if is_agent(user) or not has_role(user, ONCALL):
+        raise Forbidden("permission_denied", "Only on-call may retry, compensate or abandon runs.")
+    return actor_for(user), acting_role(user, {ONCALL})
+
+
+@transaction.atomic
+def run_retry(*, run_id, user, reason: str = "") -> Run:
+    """On-call retry of an escalated run: the retry budget starts afresh and the run is decided again."""
+    actor, role = _oncall(user)
+    workflow, run = workflow_and_run_lock(run_id)
+    if run.state != "escalated":
+        raise illegal(run, f"Only an escalated run can be retried (this one is {run.state!r}).")
+    now = timezone.now()
+    writer = RunWriter(run, actor, now)
+    writer.emit(EventKind.RETRIED, run.current_stage, reason_code="oncall_retry", data={"role": role, "reason": reason})
+    run.retried_at = now
+    others = dead_leases_expire(workflow=workflow, intent=run.intent, now=now, exclude=run.id)
+    writer.flush()  # the retried_at mark must be visible to the gathering below
+    writer = RunWriter(run, actor, now)
+    inp, context = recovery_input_gather(workflow=workflow, intent=run.intent, fingerprint=run.input_fingerprint,
+                                         policy_version=run.policy_version, env_fingerprint=run.env_fingerprint,
+                                         others=others, now=now)
+    decision = decision_apply(writer, inp, context, from_state="escalated")
+    writer.flush()
+    escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "retry", now=now)
+    if decision.outcome == "escalated":
+        escalation_raise(run, now=now)
+    return run
+
+
+@transaction.atomic
+def run_abandon(*, run_id, user, reason: str) -> Run:
+    run = run_lock(run_id)
+    actor, role = _oncall(user)
+    if not (reason or "").strip():
+        raise Invalid("reason_required", "Abandoning a run needs a reason.")
+    if run.state != "escalated":
+        raise illegal(run, f"Only an escalated run can be abandoned; this one is {run.state!r}.")
+    now = timezone.now()
+    writer = RunWriter(run, actor, now)
+    writer.emit(EventKind.ABANDONED, run.current_stage, reason_code="oncall_abandon", data={"role": role, "reason": reason})
+    writer.transition("abandoned", "oncall_abandon", cause="abandoned", reason=reason)
+    writer.flush()
+    escalation_close(run, status="rejected", actor=actor, role=role, reason=reason, now=now)
+    Approval.objects.filter(run=run, status="pending").update(status="expired", decided_at=now)
+    return run
+
+
+def compensation_plan(run: Run) -> dict | None:
+    """Undo from the ledger: each effect that happened, by its recorded reference; None if not deterministic."""
+    effects = list(Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
+                                         input_fingerprint=run.input_fingerprint)
+                   .exclude(status__in=("failed", "compensated")).order_by("-claimed_seq"))
+    if not effects or any(not e.reference for e in effects):
+        return None
+    undo = {"commit": "revert", "push": "revert_push", "deploy": "rollback", "publish": "unpublish"}
+    steps = [f"{undo.get(e.operation, 'undo_' + (e.operation or e.stage))} {e.system}:{e.reference}" for e in effects]
+    last = effects[0]
+    return {
+        "system": last.system or "stateboard",
+        "operation": "compensate",
+        "target": ",".join(e.reference for e in effects),
+        "summary": "; ".join(steps)[:500],
+    }
+
+
+@transaction.atomic
+def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | None]:
+    """On-call proposes the compensation for approval; escalates when it cannot be done deterministically."""
+    actor, role = _oncall(user)
+    _, run = workflow_and_run_lock(run_id)
+    if run.state not in ("escalated", "compensate"):
+        raise illegal(run, f"Only an escalated run (or one in 'compensate') can be compensated; this one is {run.state!r}.")
+    holder = (Run.objects.filter(workflow_id=run.workflow_id, intent=run.intent, state__in=HOLDING_STATES)
+              .exclude(id=run.id).values_list("id", flat=True).first())
+    if holder is not None:
+        raise Conflict("active_run_exists", "Another run of this intent is active; compensate once it has finished.",
+                       run=str(holder))
+    now = timezone.now()
+    writer = RunWriter(run, actor, now)
+    if run.state == "escalated":
+        writer.transition("compensate", "oncall_compensate", cause="compensate", reason=reason)
+    plan = compensation_plan(run)
+    approval = None
+    if plan is None:
+        writer.transition("escalated", "compensation_not_deterministic", cause="compensate")
+    else:
+        pending = Approval.objects.filter(run=run, kind=Approval.Kind.COMPENSATION, status="pending").first()
+        approval = pending or Approval.objects.create(
+            kind=Approval.Kind.COMPENSATION, run=run, stage=run.current_stage, action=plan,
+            action_digest=digest(plan), policy_version=run.workflow.policy_version,
+            input_fingerprint=run.input_fingerprint, requested_by=actor, requested_by_user=user, created_at=now,
+            deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
+        if pending is None:
+            writer.emit(EventKind.APPROVAL_REQUESTED, run.current_stage,
+                        data={"approval": str(approval.id), "kind": "compensation", "action": plan, "role": role})
+    writer.flush()
+    escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "compensate", now=now)
+    if run.state == "escalated":
+        escalation_raise(run, now=now)
+    return run, approval
+

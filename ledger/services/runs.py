@@ -1,0 +1,224 @@
+"""Triggers and the recovery decision's record; lease expiry."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ledger import recovery, sql
+from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, Trigger, Workflow
+from ledger.services.escalations import escalation_raise
+from ledger.services.writer import RunWriter, input_fingerprint, lease_expired, run_lock, workflow_spec
+from stateboard.canonical import canonical_json
+from stateboard.errors import Conflict, Invalid
+
+
+# ---------------------------------------------------------------- trigger and decide
+
+def _checkpoint_info(cp: Checkpoint | None, previous: Checkpoint | None, now: datetime):
+    if cp is None:
+        return None
+    payload = cp.payload or {}
+    monotonic = previous is None or (
+        cp.created_at >= previous.created_at
+        and (cp.version_boundary is None or previous.version_boundary is None
+             or cp.version_boundary >= previous.version_boundary)
+    )
+    return recovery.CheckpointInfo(
+        id=cp.id, run_id=str(cp.run_id), input_fingerprint=cp.input_fingerprint,
+        policy_version=cp.policy_version, env_fingerprint=cp.env_fingerprint,
+        expired=cp.expires_at <= now, state_table=payload.get("state_table") or {},
+        observed_effects=tuple(payload.get("observed_effects") or ()),
+        asserted_stages=frozenset(a.get("stage") for a in payload.get("assertions") or ()
+                                  if isinstance(a, dict) and a.get("pointer")),
+        version_boundary=cp.version_boundary, monotonic=monotonic,
+    )
+
+
+def _failed_runs_since_progress(*, workflow_id: int, intent: str, fingerprint: str,
+                                checkpoint: Checkpoint | None) -> int:
+    """Runs of this intent and fingerprint that ended failed since the later of the latest checkpoint
+    and the latest on-call retry (one indexed read)."""
+    rows = sql.select_rows(Run, ["state", "ended_at", "retried_at"],
+                           "workflow_id = %s AND intent = %s AND input_fingerprint = %s "
+                           "AND (state = 'failed' OR retried_at IS NOT NULL)", [workflow_id, intent, fingerprint])
+    moments = [retried for _, _, retried in rows if retried is not None]
+    if checkpoint is not None:
+        moments.append(checkpoint.created_at)
+    since = max(moments, default=None)
+    return sum(1 for state, ended, _ in rows if state == "failed" and (since is None or (ended and ended > since)))
+
+
+def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, policy_version: str,
+                          env_fingerprint: str, others: list[Run], now: datetime) -> tuple[recovery.RecoveryInput, dict]:
+    """Read L2/L3 for (workflow, intent) into the plain data the pure decision needs (indexed reads)."""
+    scope = "workflow_id = %s AND intent = %s"
+    latest_two = sql.select_models(Checkpoint, scope, [workflow.id, intent], order="id DESC", limit=2)
+    latest = latest_two[0] if latest_two else None
+    if latest is not None and latest.input_fingerprint == fingerprint:
+        same_fp = latest
+    else:
+        found = sql.select_models(Checkpoint, scope + " AND input_fingerprint = %s", [workflow.id, intent, fingerprint],
+                                  order="id DESC", limit=1)
+        same_fp = found[0] if found else None
+    effects = [
+        recovery.EffectInfo(key=key, stage=stage, status=status, run_id=str(run_id))
+        for key, stage, status, run_id in sql.select_rows(
+            Effect, ["idempotency_key", "stage", "status", "run"], scope + " AND input_fingerprint = %s",
+            [workflow.id, intent, fingerprint])
+    ]
+    failed_count = _failed_runs_since_progress(workflow_id=workflow.id, intent=intent, fingerprint=fingerprint,
+                                               checkpoint=same_fp)
+    existing_keys: frozenset[str] = frozenset()
+    store_version = 0
+    if latest is not None and latest.input_fingerprint == fingerprint:
+        observed = (latest.payload or {}).get("observed_effects") or []
+        keys = [k for k in observed if isinstance(k, str)]
+        if keys:
+            existing_keys = frozenset(key for (key,) in sql.select_rows(
+                Effect, ["idempotency_key"], f"idempotency_key IN ({', '.join(['%s'] * len(keys))})", keys))
+        if latest.version_boundary is not None:
+            from knowledge.selectors import store_version as knowledge_store_version
+
+            store_version = knowledge_store_version()
+    other_runs = [
+        recovery.OtherRun(id=str(r.id), state=r.state, input_fingerprint=r.input_fingerprint,
+                          active=r.state in HOLDING_STATES)
+        for r in others
+    ]
+    inp = recovery.RecoveryInput(
+        workflow=workflow_spec(workflow), input_fingerprint=fingerprint, policy_version=policy_version,
+        env_fingerprint=env_fingerprint, other_runs=other_runs,
+        latest_checkpoint=_checkpoint_info(latest, latest_two[1] if len(latest_two) > 1 else None, now),
+        latest_checkpoint_same_fingerprint=_checkpoint_info(same_fp, None, now),
+        effects=effects, failed_runs_since_progress=failed_count,
+        existing_effect_keys=existing_keys, store_version=store_version,
+    )
+    context = {"checkpoints": {c.id: c for c in (latest, same_fp) if c is not None}, "retry_count": failed_count}
+    return inp, context
+
+
+
+
+def dead_leases_expire(*, workflow: Workflow, intent: str, now: datetime, exclude=None) -> list[Run]:
+    """Lock the intent's holding/escalated runs; move those whose lease expired to ``failed``."""
+    runs = list(Run.objects.select_for_update(of=("self",)).select_related("workflow")
+                .filter(workflow=workflow, intent=intent, state__in=(*HOLDING_STATES, "escalated"))
+                .exclude(id=exclude))
+    alive = []
+    for run in runs:
+        if lease_expired(run, now):
+            writer = RunWriter(run, "system", now)
+            writer.transition("failed", "lease_expired", cause="lease_expired", lease_owner=run.lease_owner)
+            writer.flush()
+        else:
+            alive.append(run)
+    return alive
+
+
+def _initial_stage_states(decision: recovery.Decision, checkpoints: dict, effects_by_stage: dict) -> dict:
+    """The new run's view of the work: done stages with the pointers that assert them."""
+    cp = checkpoints.get(decision.checkpoint)
+    table = (cp.payload or {}).get("state_table", {}) if cp else {}
+    assertions = {a.get("stage"): a for a in ((cp.payload or {}).get("assertions") or [])
+                  if isinstance(a, dict)} if cp else {}
+    states = {}
+    for stage, status in decision.stage_status.items():
+        entry = {"status": status}
+        source = assertions.get(stage) or table.get(stage) or {}
+        if source.get("pointer"):
+            entry["pointer"] = source["pointer"]
+            entry["digest"] = source.get("digest", "")
+        effect = effects_by_stage.get(stage)
+        if effect is not None:
+            entry["effect_key"] = effect.key
+            entry.setdefault("pointer", f"ledger:{effect.run_id}")
+        states[stage] = entry
+    return states
+
+
+def decision_apply(writer: RunWriter, inp: recovery.RecoveryInput, context: dict, *, from_state: str) -> recovery.Decision:
+    decision = recovery.recovery_decide(inp)
+    run = writer.run
+    effects_by_stage = {e.stage: e for e in inp.effects if e.status != "failed"}
+    run.stage_states = _initial_stage_states(decision, context["checkpoints"], effects_by_stage)
+    run.decision = {**decision.as_dict(), "retry_count": context["retry_count"],
+                    "max_retries": inp.workflow.max_retries}
+    run.decided_at = writer.now
+    run.current_stage = decision.resume_from or ""
+    nothing_found = decision.reason_code == "no_checkpoint"
+    if from_state in ("captured", "escalated"):
+        writer.transition("restore", cause="retried" if from_state == "escalated" else "decided")
+    if not nothing_found:
+        writer.transition("compare", cause="decided")
+    writer.emit(EventKind.DECIDED, reason_code=decision.reason_code, data=run.decision)
+    writer.transition(decision.outcome, decision.reason_code, cause="decided")
+    if decision.outcome in ("fresh", "resume", "verify_only"):
+        writer.renew_lease()
+    return decision
+
+
+@transaction.atomic
+def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigger: str = Trigger.API,
+                trigger_key: str | None = None, env_fingerprint: str = "", actor: str = "system") -> tuple[Run, bool]:
+    """Trigger a run: dedupe by trigger key, expire dead leases, decide, record. Returns (run, created)."""
+    try:
+        workflow = Workflow.objects.select_for_update().get(slug=workflow_slug)
+    except Workflow.DoesNotExist:
+        raise Invalid("unknown_workflow", f"No workflow with slug {workflow_slug!r}.")
+    intent = intent or workflow.slug
+    if trigger not in Trigger.values:
+        raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")
+    if trigger_key:
+        existing = Run.objects.filter(workflow=workflow, trigger_key=trigger_key).first()
+        if existing is not None:
+            if existing.intent == intent and canonical_json(existing.inputs) == canonical_json(inputs):
+                return existing, False
+            raise Conflict("trigger_key_mismatch",
+                           f"trigger_key {trigger_key!r} was already used with another intent or other inputs.",
+                           run=str(existing.id))
+    else:
+        trigger_key = f"{trigger}:{uuid.uuid4()}"
+
+    now = timezone.now()
+    fingerprint = input_fingerprint(workflow_slug=workflow.slug, intent=intent, inputs=inputs,
+                                    policy_version=workflow.policy_version)
+    others = dead_leases_expire(workflow=workflow, intent=intent, now=now)
+    inp, context = recovery_input_gather(workflow=workflow, intent=intent, fingerprint=fingerprint,
+                                         policy_version=workflow.policy_version,
+                                         env_fingerprint=env_fingerprint, others=others, now=now)
+    run = Run(workflow=workflow, intent=intent, trigger=trigger, trigger_key=trigger_key, inputs=inputs,
+              input_fingerprint=fingerprint, policy_version=workflow.policy_version,
+              env_fingerprint=env_fingerprint, state="captured", triggered_by=actor, created_at=now)
+    writer = RunWriter(run, actor, now)
+    decision = decision_apply(writer, inp, context, from_state="captured")
+    try:
+        with transaction.atomic():
+            writer.flush(insert=True)
+    except IntegrityError:
+        # The workflow lock serialises triggers; this is the database's backstop.
+        raise Conflict("active_run_exists", "Another run of this intent became active; trigger again.")
+    if decision.outcome == "escalated":
+        escalation_raise(writer.run, now=now)
+    return run, True
+
+
+def runs_expire_leases(*, now: datetime | None = None) -> int:
+    """Sweep: move runs whose executor went silent past the lease to ``failed``. Safe to run twice."""
+    now = now or timezone.now()
+    expired = 0
+    candidates = (Run.objects.filter(state__in=LEASED_STATES, lease_expires_at__lte=now)
+                  .values_list("id", flat=True)[:1000])
+    for run_id in candidates:
+        with transaction.atomic():
+            run = run_lock(run_id)
+            if lease_expired(run, now):
+                writer = RunWriter(run, "system", now)
+                writer.transition("failed", "lease_expired", cause="lease_expired", lease_owner=run.lease_owner)
+                writer.flush()
+                expired += 1
+    return expired
+
