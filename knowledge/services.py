@@ -10,7 +10,6 @@ import dataclasses
 import json
 from datetime import datetime
 
-import pgtrigger
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.models import F
@@ -30,6 +29,7 @@ from knowledge.models import (
     StoreCounter,
 )
 from stateboard.canonical import canonical_json
+from stateboard.db import guard_lifted
 from stateboard.errors import Conflict, Forbidden, Invalid, NotFound
 from stateboard.roles import OWNER, actor_for, has_role, is_agent, user_roles
 
@@ -610,7 +610,7 @@ def tombstones_gc(*, now: datetime | None = None, limit: int = 1000) -> dict:
         head.gc_status, head.gc_store_version, head.gc_at, head.updated_at = (
             tombstone.status, tombstone.store_version, now, now)
         head.save()
-        with pgtrigger.ignore("knowledge.Claim:append_only"):
+        with guard_lifted("knowledge.Claim:append_only"):
             deleted, _ = Claim.objects.filter(key=head.key, store_version__lte=tombstone.store_version).delete()
         removed.append({"key": head.key, "status": tombstone.status, "version": tombstone.version,
                         "store_version": tombstone.store_version, "rows_deleted": deleted})

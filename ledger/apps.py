@@ -6,4 +6,9 @@ class LedgerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        from django.db.models.signals import post_migrate
+
         from ledger import schema  # noqa: F401  (registers the OpenAPI auth extension)
+        from stateboard.db import sqlite_guards_install
+
+        post_migrate.connect(sqlite_guards_install, dispatch_uid="stateboard.sqlite_guards")

@@ -2,7 +2,6 @@
 
 import secrets
 
-from django.db import connection
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
@@ -43,7 +42,7 @@ class HashedTokenAuthentication(authentication.BaseAuthentication):
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("Invalid token.")
         key_hash = sha256_hex(key)
-        if connection.vendor == "postgresql":  # token, user and roles in one statement (every API call)
+        if sql.available():  # token, user and roles in one statement (every API call)
             found = sql.token_user_read(key_hash)
             revoked_at, user, group_names = found if found else (None, None, [])
         else:

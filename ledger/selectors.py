@@ -42,10 +42,8 @@ def run_detail(*, run_id, user=None):
 
 
 def checkpoint_latest(*, run):
-    """The latest checkpoint of the run's intent (one indexed read, on the agents' hot path)."""
-    from ledger import sql
-
-    return sql.checkpoint_latest_read(workflow_id=run.workflow_id, intent=run.intent)
+    """The latest checkpoint of the run's intent (one read through ``checkpoint_intent_latest``)."""
+    return Checkpoint.objects.filter(workflow_id=run.workflow_id, intent=run.intent).order_by("-id").first()
 
 
 def approval_list(*, user=None, status: str | None = None):

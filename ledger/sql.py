@@ -1,7 +1,9 @@
-"""The ledger's hot path in hand-written SQL (portable to SQLite); everything else uses the ORM.
+"""The ledger's hot path in hand-written SQL, PostgreSQL only; everything else uses the ORM.
 
 An append is one locking read, one write statement and the commit. Building these statements
-by hand costs a fraction of the ORM's Python per call, which is what bounds append throughput.
+by hand costs a fraction of the ORM's Python per call, which is what bounds append throughput
+(``bench ledger`` measures it). The embedded SQLite demo takes the plain ORM path: callers check
+``available()``.
 """
 
 from __future__ import annotations
@@ -13,11 +15,16 @@ from django.db import connection
 from ledger.models import Checkpoint, LedgerEvent, Run, Workflow
 
 
+def available() -> bool:
+    """Whether the hand-written statements apply (the product database, PostgreSQL)."""
+    return connection.vendor == "postgresql"
+
+
 def _cursor(*, write_path: bool = True):
-    """For the append path on PostgreSQL, psycopg's own cursor on Django's connection (same
-    transaction), without Django's cursor wrapper. Reads use Django's cursor, so they stay visible to
-    query logging, query-count tests and EXPLAIN captures."""
-    if write_path and connection.vendor == "postgresql":
+    """For the append path, psycopg's own cursor on Django's connection (same transaction), without
+    Django's cursor wrapper. Reads use Django's cursor, so they stay visible to query logging,
+    query-count tests and EXPLAIN captures."""
+    if write_path:
         connection.ensure_connection()
         return connection.connection.cursor()
     return connection.cursor()
@@ -82,7 +89,7 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
     """Insert the events (and server checkpoints) and UPDATE only the run's changed columns, so a plain
     append stays a HOT update. On PostgreSQL all of it is one statement (data-modifying CTEs): one
     round trip per append besides the locking read and the commit."""
-    if events and changed and connection.vendor == "postgresql":
+    if events and changed:
         insert_sql, params = insert_statement(LedgerEvent, events)
         ctes = [f"inserted AS ({insert_sql})"]
         if checkpoints:
@@ -136,7 +143,7 @@ def _run_read_statement(vendor: str, lock: bool, client_lookup: bool):
     sql = (
         f"SELECT {', '.join(columns)} "
         f"FROM {_quote(Run._meta.db_table)} r JOIN {_quote(Workflow._meta.db_table)} w ON w.id = r.workflow_id "
-        f"WHERE r.id = %s" + (" FOR UPDATE OF r" if lock and connection.features.has_select_for_update else "")
+        f"WHERE r.id = %s" + (" FOR UPDATE OF r" if lock else "")
     )
     return sql, _converted(Run, run_fields), _converted(Workflow, workflow_fields)
 
@@ -157,27 +164,6 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
     run = from_row(Run, run_columns, row[:n])
     run.workflow = from_row(Workflow, workflow_columns, row[n:n + m])
     return (run, *row[n + m:]) if client_lookup else (run, None, None)
-
-
-@functools.cache
-def _checkpoint_latest_statement(vendor: str):
-    fields = list(Checkpoint._meta.concrete_fields)
-    sql = (f"SELECT {', '.join(_quote(f.column) for f in fields)} FROM {_quote(Checkpoint._meta.db_table)} "
-           f"WHERE workflow_id = %s AND intent = %s ORDER BY id DESC LIMIT 1")
-    return sql, _converted(Checkpoint, fields)
-
-
-def checkpoint_latest_read(*, workflow_id: int, intent: str) -> Checkpoint | None:
-    """The latest checkpoint of an intent, through the ``checkpoint_intent_latest`` index."""
-    sql, columns = _checkpoint_latest_statement(connection.vendor)
-    with _cursor(write_path=False) as cursor:
-        cursor.execute(sql, [workflow_id, intent])
-        row = cursor.fetchone()
-    return from_row(Checkpoint, columns, row) if row else None
-
-
-def supports_locked_insert() -> bool:
-    return connection.vendor == "postgresql"
 
 
 def checkpoint_insert_if_running(checkpoint: Checkpoint, *, ttl_seconds: int | None, terminal_states) -> bool:

@@ -26,10 +26,15 @@ def test_up_migrates_seeds_and_serves_on_sqlite(tmp_path):
     assert result.returncode == 0, output
     assert "Demo data seeded" in output and "/healthz answered 200" in output
     assert (tmp_path / "stateboard.sqlite3").exists()
-    # The embedded database guards the ledger too (SQLite triggers from the migrations).
+    # The embedded database guards every guarded model too: SQLite triggers generated from the same
+    # pgtrigger declarations as PostgreSQL's, checked for each (model, operation), and tried on rows.
     probe = ("from django.db import connection\n"
+             "from stateboard.db import guarded_operations, sqlite_trigger_name\n"
+             "names = {r[0] for r in connection.cursor().execute(\"SELECT name FROM sqlite_master WHERE type='trigger'\")}\n"
+             "for uri, table, op in guarded_operations():\n"
+             "    print('GUARDED' if sqlite_trigger_name(uri, op) in names else 'MISSING', uri, op)\n"
              "for sql in ('UPDATE ledger_ledgerevent SET actor = 1', 'DELETE FROM ledger_ledgerevent',\n"
-             "            'UPDATE knowledge_claim SET statement = 1'):\n"
+             "            'UPDATE knowledge_claim SET statement = 1', 'DELETE FROM knowledge_claim'):\n"
              "    try:\n"
              "        connection.cursor().execute(sql)\n"
              "        print('ALLOWED', sql)\n"
@@ -37,4 +42,6 @@ def test_up_migrates_seeds_and_serves_on_sqlite(tmp_path):
              "        print('REFUSED', exc)\n")
     guarded = subprocess.run([sys.executable, "manage.py", "shell", "-c", probe], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=120)
-    assert guarded.stdout.count("REFUSED") == 3 and "ALLOWED" not in guarded.stdout, guarded.stdout + guarded.stderr
+    out = guarded.stdout + guarded.stderr
+    assert guarded.stdout.count("REFUSED") == 4 and "ALLOWED" not in out, out
+    assert "MISSING" not in out and out.count("GUARDED") >= 12, out

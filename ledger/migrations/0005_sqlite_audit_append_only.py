@@ -1,15 +1,10 @@
-"""SQLite equivalents of the audit trail's pgtrigger guards (see 0002)."""
+"""Formerly installed hand-listed SQLite guards. The guards are now generated from the models'
+pgtrigger declarations after every migrate (``stateboard.db.sqlite_guards_install``), which also
+drops the triggers this migration used to create."""
 
 from django.db import migrations
-
-from stateboard.db import sqlite_guards
-
-SQLITE_TRIGGERS = [
-    ("ledger_audit_append_only_update", "UPDATE", "ledger_auditentry", "the audit trail is append-only"),
-    ("ledger_audit_append_only_delete", "DELETE", "ledger_auditentry", "the audit trail is append-only"),
-]
 
 
 class Migration(migrations.Migration):
     dependencies = [("ledger", "0004_run_hot_updates")]
-    operations = [sqlite_guards(SQLITE_TRIGGERS)]
+    operations = []

@@ -157,14 +157,14 @@ def checkpoint_save(*, run_id, payload: dict, actor: str) -> Checkpoint:
     now = timezone.now()
     clean, expires_at = checkpoint_validate(run, payload, now=now)
     boundary = clean.get("version_boundary")
-    if not sql.supports_locked_insert():
+    if not sql.available():
         with transaction.atomic():
             run = run_lock(run_id)
             if run.state in TERMINAL_STATES:
                 raise illegal(run, f"The run is {run.state!r}; save checkpoints while it runs.")
             checkpoint = checkpoint_build(run, payload=clean, source=Checkpoint.Source.AGENT, now=now,
                                            expires_at=expires_at, version_boundary=boundary)
-            sql.rows_insert(Checkpoint, [checkpoint])
+            checkpoint.save(force_insert=True)
             return checkpoint
     checkpoint = Checkpoint(
         workflow_id=run.workflow_id, intent=run.intent, run_id=run.id, source=Checkpoint.Source.AGENT,

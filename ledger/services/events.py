@@ -137,7 +137,11 @@ def _claim_effect(app: _Append, event: LedgerEvent) -> str:
     claim = Effect(idempotency_key=key, workflow_id=run.workflow_id, intent=run.intent,
                    input_fingerprint=run.input_fingerprint, stage=app.stage, run_id=run.id, status="attempted",
                    claimed_seq=event.seq, last_seq=event.seq, created_at=now, updated_at=now)
-    if sql.rows_insert(Effect, [claim], skip_conflicts=True):
+    if sql.available():
+        if sql.rows_insert(Effect, [claim], skip_conflicts=True):
+            return key
+    elif not Effect.objects.filter(idempotency_key=key).exists():  # SQLite has one writer at a time
+        claim.save(force_insert=True)
         return key
     existing = Effect.objects.select_for_update().get(idempotency_key=key)
     if existing.status not in ("failed", "compensated"):

@@ -107,13 +107,18 @@ class RunWriter:
 
     def flush(self, *, insert: bool = False) -> None:
         self.run.updated_at = self.now
+        changed = [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
         if insert:
             self.run.save(force_insert=True)
-        if insert:
+        if not sql.available():  # the embedded SQLite demo: the plain ORM
+            LedgerEvent.objects.bulk_create(self.events)
+            Checkpoint.objects.bulk_create(self.rows)
+            if changed and not insert:
+                self.run.save(update_fields=changed)
+        elif insert:
             sql.rows_insert(LedgerEvent, self.events)
             sql.rows_insert(Checkpoint, self.rows)
         else:
-            changed = [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
             sql.events_and_run_write(self.events, self.run, changed, checkpoints=self.rows)
         self.rows = []
         self.events, self.before = [], {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
@@ -127,26 +132,43 @@ def stage_status(run: Run) -> dict[str, str]:
     return {stage: entry.get("status") for stage, entry in (run.stage_states or {}).items()}
 
 
-def run_lock(run_id, *, client_event_id: str | None = None) -> Run:
-    """Lock the run row and read it with its workflow, in one statement (the ledger's hot path).
-
-    The same statement looks up an earlier event with ``client_event_id`` (``run.original_event_id``).
-    Under READ COMMITTED its subqueries read the snapshot taken before the lock wait, so when another
-    writer appended meanwhile (the last seq seen is not the locked row's ``event_count``) the lookup
-    is repeated.
-    """
+def _run_uuid(run_id) -> uuid.UUID:
     try:
-        run_uuid = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+        return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
     except (ValueError, TypeError, AttributeError):
         raise NotFound("run_not_found", f"No run with id {run_id}.")
-    found = sql.run_lock_read(run_uuid, client_event_id)
-    if found is None:
-        raise NotFound("run_not_found", f"No run with id {run_id}.")
-    run, original_event_id, snapshot_last_seq = found
-    run.original_event_id = original_event_id
+
+
+def _run_orm_read(run_uuid: uuid.UUID, *, lock: bool) -> Run:
+    runs = Run.objects.select_related("workflow").defer("inputs")
+    run = (runs.select_for_update(of=("self",)) if lock else runs).filter(id=run_uuid).first()
+    if run is None:
+        raise NotFound("run_not_found", f"No run with id {run_uuid}.")
+    return run
+
+
+def run_lock(run_id, *, client_event_id: str | None = None) -> Run:
+    """Lock the run row and read it with its workflow (the ledger's hot path).
+
+    On PostgreSQL one statement also looks up an earlier event with ``client_event_id``
+    (``run.original_event_id``). Under READ COMMITTED its subqueries read the snapshot taken before
+    the lock wait, so when another writer appended meanwhile (the last seq seen is not the locked
+    row's ``event_count``) the lookup is repeated.
+    """
+    run_uuid = _run_uuid(run_id)
+    if not sql.available():
+        run = _run_orm_read(run_uuid, lock=True)
+        snapshot_last_seq = None
+    else:
+        found = sql.run_lock_read(run_uuid, client_event_id)
+        if found is None:
+            raise NotFound("run_not_found", f"No run with id {run_id}.")
+        run, run.original_event_id, snapshot_last_seq = found
     if client_event_id is not None and (snapshot_last_seq or 0) != run.event_count:
         run.original_event_id = (LedgerEvent.objects.filter(run=run, client_event_id=client_event_id)
                                  .values_list("id", flat=True).first())
+    elif client_event_id is None:
+        run.original_event_id = None
     return run
 
 
@@ -167,10 +189,9 @@ def illegal(run: Run, detail: str):
 
 def run_read(run_id) -> Run:
     """The run with its workflow, without a lock."""
-    try:
-        run_uuid = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
-    except (ValueError, TypeError, AttributeError):
-        raise NotFound("run_not_found", f"No run with id {run_id}.")
+    run_uuid = _run_uuid(run_id)
+    if not sql.available():
+        return _run_orm_read(run_uuid, lock=False)
     found = sql.run_lock_read(run_uuid, None, lock=False)
     if found is None:
         raise NotFound("run_not_found", f"No run with id {run_id}.")
