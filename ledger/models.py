@@ -247,7 +247,6 @@ class EffectStatus(models.TextChoices):
     COMPENSATED = "compensated"
 
 
-UNVERIFIED_EFFECT_STATUSES = frozenset({"attempted", "effective", "unknown"})
 
 
 class Effect(models.Model):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ledger.effects import effect_next
 from ledger.models import Effect, LedgerEvent, Run
 
 COMPARED_FIELDS = ("stage", "run", "status", "system", "operation", "reference", "attempts")
@@ -24,32 +25,27 @@ def effects_replay(events: Iterable[LedgerEvent], runs: dict, effect_stages: dic
             state[run_id] = (event.data or {}).get("to", before)
             continue
         workflow_id, intent, fingerprint = runs[run_id]
-        key = event.idempotency_key
-        is_effect_stage = event.stage in effect_stages.get(workflow_id, ())
-        ref = event.effect or {}
-        current = effects.get(key) if key else None
-        if event.kind == "compensated":
+        if event.kind == "compensated":  # undoes every effect of the run's fingerprint the world held
             for effect in effects.values():
-                if effect["scope"] == (workflow_id, intent, fingerprint) \
-                        and effect["status"] not in ("failed", "compensated"):
-                    effect["status"] = "compensated"
+                moved = effect_next(effect["status"], "compensated", run_state=before)
+                if effect["scope"] == (workflow_id, intent, fingerprint) and moved:
+                    effect["status"] = moved
             continue
-        if event.kind == "started" and is_effect_stage and key:
-            attempts = current["attempts"] + 1 if current else 1
-            effects[key] = {"stage": event.stage, "run": run_id, "status": "attempted", "system": "",
-                            "operation": "", "reference": "", "attempts": attempts,
-                            "scope": (workflow_id, intent, fingerprint)}
-        elif current is None:
+        key = event.idempotency_key
+        if not key or event.stage not in effect_stages.get(workflow_id, ()):
             continue
-        elif event.kind in ("succeeded", "unknown", "verified") and is_effect_stage:
-            current["status"] = {"succeeded": "effective"}.get(event.kind, event.kind)
-            for name in ("system", "operation", "reference"):
-                current[name] = ref.get(name, current[name])
-        elif event.kind == "failed" and is_effect_stage:
-            if before == "execute" or event.reason_code == "effect_absent":
-                current["status"] = "failed"
-        elif event.kind == "skipped" and is_effect_stage and current["status"] == "attempted":
-            current["status"] = "failed"
+        current = effects.get(key)
+        moved = effect_next(current["status"] if current else None, event.kind, run_state=before,
+                            reason_code=event.reason_code)
+        if moved is None:
+            continue
+        if event.kind == "started":
+            effects[key] = current = {"stage": event.stage, "run": run_id, "system": "", "operation": "",
+                                      "reference": "", "attempts": current["attempts"] + 1 if current else 1,
+                                      "scope": (workflow_id, intent, fingerprint)}
+        current["status"] = moved
+        for name in ("system", "operation", "reference"):
+            current[name] = (event.effect or {}).get(name, current[name])
     for effect in effects.values():
         effect.pop("scope", None)
     return effects

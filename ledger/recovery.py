@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-UNVERIFIED = frozenset({"attempted", "effective", "unknown"})
+from ledger.effects import UNVERIFIED
 
 
 @dataclass(frozen=True)

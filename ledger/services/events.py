@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import recovery, sql
-from ledger.models import (STAGE_OUTCOME_KINDS, TERMINAL_STATES, UNVERIFIED_EFFECT_STATUSES, Approval, Effect,
+from ledger import effects, recovery, sql
+from ledger.models import (STAGE_OUTCOME_KINDS, TERMINAL_STATES, Approval, Effect,
                            EventKind, LedgerEvent, Run)
 from ledger.services.approvals import permit_find, permit_spend
 from ledger.services.checkpoints import server_checkpoint
@@ -104,21 +104,21 @@ class _Append:
         key = self.body.get("idempotency_key") or (self.run.stage_states.get(self.stage) or {}).get("effect_key")
         if key:
             return key
-        return (self._effects().filter(status__in=UNVERIFIED_EFFECT_STATUSES)
+        return (self._effects().filter(status__in=effects.UNVERIFIED)
                 .values_list("idempotency_key", flat=True).first())
 
     def has_unverified_effect(self) -> bool:
         key = self.effect_key()
-        return bool(key) and self._effects().filter(idempotency_key=key, status__in=UNVERIFIED_EFFECT_STATUSES).exists()
+        return bool(key) and self._effects().filter(idempotency_key=key, status__in=effects.UNVERIFIED).exists()
 
-    def effect_set(self, status: str, event: LedgerEvent, *, only_from=UNVERIFIED_EFFECT_STATUSES,
-                   ref: dict | None = None) -> str | None:
-        """Move this stage's effect to ``status`` if it is in ``only_from`` (one UPDATE); its key, or None."""
+    def effect_move(self, event: LedgerEvent, *, ref: dict | None = None) -> str | None:
+        """Move this stage's effect as ``ledger.effects.effect_next`` says (one UPDATE); its key, or None."""
         key = self.effect_key()
-        if not key:
+        target, sources = effects.effect_moves(self.kind, run_state=self.run.state, reason_code=event.reason_code)
+        if not key or target is None:
             return None
-        changes = {"status": status, "last_seq": event.seq, "updated_at": self.writer.now, **(ref or {})}
-        updated = self._effects().filter(idempotency_key=key, status__in=only_from).update(**changes)
+        changes = {"status": target, "last_seq": event.seq, "updated_at": self.writer.now, **(ref or {})}
+        updated = self._effects().filter(idempotency_key=key, status__in=sources).update(**changes)
         return key if updated else None
 
     def after_pass(self, event: LedgerEvent) -> None:
@@ -144,7 +144,7 @@ def _claim_effect(app: _Append, event: LedgerEvent) -> str:
         claim.save(force_insert=True)
         return key
     existing = Effect.objects.select_for_update().get(idempotency_key=key)
-    if existing.status not in ("failed", "compensated"):
+    if effects.effect_next(existing.status, "started", run_state=run.state) is None:
         raise Conflict("effect_exists", "This effect was already started; verify it, never re-execute it.",
                        effect=effect_out(existing))
     existing.run, existing.status, existing.attempts = run, "attempted", existing.attempts + 1
@@ -199,7 +199,7 @@ def _on_succeeded(app: _Append, event: LedgerEvent) -> None:
         if not app.body.get("effect"):
             raise Invalid("effect_required", f"succeeded on effect stage {app.stage!r} must carry the effect "
                                              "{system, operation, reference}.")
-        if app.effect_set("effective", event, ref=event.effect) is None:
+        if app.effect_move(event, ref=event.effect) is None:
             raise illegal(app.run, "No claimed effect for this stage.")
     app.mark("succeeded", event)
     app.after_pass(event)
@@ -219,7 +219,7 @@ def _on_skipped(app: _Append, event: LedgerEvent) -> None:
     else:
         _require_executing(app)
         if app.is_effect_stage():
-            app.effect_set("failed", event, only_from=("attempted",))  # skipped after start: it never happened
+            app.effect_move(event)  # skipped after start: it never happened
     app.mark("skipped", event)
     app.after_pass(event)
     app.finish_if_done()
@@ -229,7 +229,7 @@ def _on_failed(app: _Append, event: LedgerEvent) -> None:
     run = app.run
     if run.state == "execute" and run.current_stage == app.stage:
         if app.is_effect_stage():
-            app.effect_set("failed", event)
+            app.effect_move(event)
         app.mark("failed", event)
         app.writer.transition("failed", event.reason_code or "stage_failed", cause="failed")
         return
@@ -240,7 +240,7 @@ def _on_failed(app: _Append, event: LedgerEvent) -> None:
     if run.state != "verify":
         app.writer.transition("verify", cause="failed")
     if event.reason_code == "effect_absent":
-        app.effect_set("failed", event)
+        app.effect_move(event)
         app.mark("failed", event)
         app.writer.transition("checkpointed", "effect_absent", cause="failed")
     else:
@@ -251,7 +251,7 @@ def _on_unknown(app: _Append, event: LedgerEvent) -> None:
     _require_executing(app)
     if not app.is_effect_stage():
         raise Invalid("unknown_needs_effect_stage", "'unknown' is for effect stages whose outcome was not observed.")
-    if app.effect_set("unknown", event, ref=event.effect) is None:
+    if app.effect_move(event, ref=event.effect) is None:
         raise illegal(app.run, "No claimed effect for this stage.")
     app.mark("unknown", event)
     app.writer.transition("verify", "effect_unknown", cause="unknown")
@@ -268,7 +268,7 @@ def _on_verified(app: _Append, event: LedgerEvent) -> None:
         app.finish_if_done()
         return
     executing = run.state == "execute" and run.current_stage == app.stage
-    key = (app.effect_set("verified", event, ref=event.effect)
+    key = (app.effect_move(event, ref=event.effect)
            if executing or run.state in ("verify", "verify_only", "checkpointed") else None)
     if key is None:
         raise illegal(run, f"Nothing to verify on {app.stage!r} while the run is {run.state!r}.")
@@ -384,9 +384,10 @@ def _prepare_compensated(app: _Append) -> dict:
 def _on_compensated(app: _Append, event: LedgerEvent) -> None:
     run = app.run
     permit_spend(app.permit, event)
-    (Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent, input_fingerprint=run.input_fingerprint)
-     .exclude(status__in=("failed", "compensated"))
-     .update(status="compensated", last_seq=event.seq, updated_at=event.at))
+    target, sources = effects.effect_moves("compensated", run_state=run.state)
+    (Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent, input_fingerprint=run.input_fingerprint,
+                           status__in=sources)
+     .update(status=target, last_seq=event.seq, updated_at=event.at))
     app.writer.transition("compensated", "compensation_verified", cause="compensated")
 
 

@@ -7,6 +7,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from ledger import effects
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, Run
 from ledger.services.escalations import escalation_close, escalation_raise
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
@@ -68,18 +69,18 @@ def run_abandon(*, run_id, user, reason: str) -> Run:
 
 def compensation_plan(run: Run) -> dict | None:
     """Undo from the ledger: each effect that happened, by its recorded reference; None if not deterministic."""
-    effects = list(Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
-                                         input_fingerprint=run.input_fingerprint)
-                   .exclude(status__in=("failed", "compensated")).order_by("-claimed_seq"))
-    if not effects or any(not e.reference for e in effects):
+    held = list(Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
+                                      input_fingerprint=run.input_fingerprint, status__in=effects.HELD)
+                .order_by("-claimed_seq"))
+    if not held or any(not e.reference for e in held):
         return None
     undo = {"commit": "revert", "push": "revert_push", "deploy": "rollback", "publish": "unpublish"}
-    steps = [f"{undo.get(e.operation, 'undo_' + (e.operation or e.stage))} {e.system}:{e.reference}" for e in effects]
-    last = effects[0]
+    steps = [f"{undo.get(e.operation, 'undo_' + (e.operation or e.stage))} {e.system}:{e.reference}" for e in held]
+    last = held[0]
     return {
         "system": last.system or "stateboard",
         "operation": "compensate",
-        "target": ",".join(e.reference for e in effects),
+        "target": ",".join(e.reference for e in held),
         "summary": "; ".join(steps)[:500],
     }
 

@@ -91,7 +91,7 @@ class RunWriter:
             raise Conflict("illegal_transition", f"The run cannot move from {run.state!r} to {to!r} ({cause}).",
                            state=run.state, current_stage=run.current_stage)
         event = self.emit(EventKind.TRANSITION, run.current_stage, reason_code=reason_code,
-                          data={"from": run.state, "to": to, **data}, actor=actor or self.actor)
+                          data={"from": run.state, "to": to, "cause": cause, **data}, actor=actor or self.actor)
         run.state = to
         if to in TERMINAL_STATES:
             run.ended_at = self.now

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import services
-from ledger.models import Effect, Run
+from ledger.machine import TRANSITIONS
+from ledger.models import Effect, LedgerEvent, Run
 from stateboard.errors import DomainError
 from tests.factories import make_workflow
 
@@ -148,3 +149,6 @@ def test_random_histories_never_execute_an_effect_twice(actions):
     from ledger.projection import effects_rebuild_diff
 
     assert effects_rebuild_diff() == []
+    taken = {(e.data["from"], e.data["cause"], e.data["to"])
+             for e in LedgerEvent.objects.filter(run__workflow=workflow, kind="transition")}
+    assert taken <= TRANSITIONS, taken - TRANSITIONS

@@ -1,0 +1,42 @@
+"""An effect's life (SPEC §1) as one pure function, used by the event handlers and by the projection
+rebuild alike, and the status groups every reader shares."""
+
+from __future__ import annotations
+
+STATUSES = ("attempted", "effective", "verified", "failed", "unknown", "compensated")
+# Happened (or may have) but not proven: a later run must verify these, never re-execute them.
+UNVERIFIED = frozenset({"attempted", "effective", "unknown"})
+# The world does not hold the effect (it never happened, or it was undone): the key may be claimed again.
+CLAIMABLE_AGAIN = frozenset({"failed", "compensated"})
+# The world may hold the effect: what a compensation has to undo.
+HELD = frozenset(STATUSES) - CLAIMABLE_AGAIN
+
+
+def effect_next(status: str | None, kind: str, *, run_state: str, reason_code: str = "") -> str | None:
+    """The status an effect takes when an event of ``kind`` on its stage is recorded while the run is
+    in ``run_state``; None when the event does not move it (``status`` None: no effect yet)."""
+    if kind == "started":
+        return "attempted" if status is None or status in CLAIMABLE_AGAIN else None
+    if status is None:
+        return None
+    if kind == "compensated":
+        return "compensated" if status in HELD else None
+    if status not in UNVERIFIED:
+        return None
+    if kind == "succeeded":
+        return "effective"
+    if kind in ("unknown", "verified"):
+        return kind
+    if kind == "failed":  # in execute it definitely did not happen; in verify only when checked absent
+        return "failed" if run_state == "execute" or reason_code == "effect_absent" else None
+    if kind == "skipped":  # skipped after its start: it never happened
+        return "failed" if status == "attempted" else None
+    return None
+
+
+def effect_moves(kind: str, *, run_state: str, reason_code: str = "") -> tuple[str | None, frozenset[str]]:
+    """(target status, statuses it moves from) for an event: one UPDATE … WHERE status IN (…)."""
+    moves = {s: effect_next(s, kind, run_state=run_state, reason_code=reason_code) for s in STATUSES}
+    targets = {t for t in moves.values() if t is not None}
+    assert len(targets) <= 1, (kind, targets)
+    return (targets.pop() if targets else None), frozenset(s for s, t in moves.items() if t is not None)
