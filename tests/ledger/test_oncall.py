@@ -154,7 +154,7 @@ def test_escalated_run_abandon_needs_reason():
     abandoned = _events(run_id, kind="abandoned").get()
     assert abandoned.actor == f"user:{team.oncall.username}"
     assert abandoned.data == {"role": "oncall", "reason": "source repository archived"}
-    assert _events(run_id).last().data == {"from": "escalated", "to": "abandoned",
+    assert _events(run_id).last().data == {"from": "escalated", "to": "abandoned", "cause": "abandoned",
                                            "reason": "source repository archived"}
     assert Approval.objects.get(run_id=run_id, kind="escalation").status == "rejected"
     assert team.act(run_id, "retry", reason="oops").status_code == 409
