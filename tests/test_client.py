@@ -14,6 +14,7 @@ import pytest
 
 from stateboard.client import Client, StateboardError, StateboardUnavailable
 from tests.client_support import CRASH_INPUTS, EVIDENCE, FaultyProxy, agent_loop, effect_for, fault_once
+from tests.knowledge.conftest import proposal
 from tests.factories import make_agent, make_operator, make_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -282,3 +283,7 @@ def test_client_claims_propose_and_list(sb):
     assert refused.value.status == 422 and refused.value.code == "write_gate_rejected"
     assert refused.value.body["reasons"]
     assert sb.claims(key="k.no-sources") == []
+    claim = sb.propose_claim(**proposal())
+    assert claim["status"] == "active"
+    listed = sb.claims(system="billing", key=claim["key"])
+    assert [(c["key"], c["use_as"]) for c in listed] == [(claim["key"], "fact")]
