@@ -1,12 +1,13 @@
 from django.urls import path
 
-from ledger import api
+from ledger import api, api_resume
 
 urlpatterns = [
     path("workflows/", api.WorkflowListCreateApi.as_view(), name="workflow_list"),
     path("workflows/<slug:slug>/", api.WorkflowDetailApi.as_view(), name="workflow_detail"),
     path("runs/", api.RunListCreateApi.as_view(), name="run_list"),
     path("runs/<str:run_id>/", api.RunDetailApi.as_view(), name="run_detail"),
+    path("runs/<str:run_id>/resume-packet/", api_resume.RunResumePacketApi.as_view(), name="run_resume_packet"),
     path("runs/<str:run_id>/events/", api.RunEventsApi.as_view(), name="run_events"),
     path("runs/<str:run_id>/verify-chain/", api.RunVerifyChainApi.as_view(), name="run_verify_chain"),
     path("runs/<str:run_id>/checkpoints/", api.RunCheckpointCreateApi.as_view(), name="run_checkpoint_create"),

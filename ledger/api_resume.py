@@ -1,0 +1,44 @@
+"""GET /runs/{id}/resume-packet/: what an agent reads when a run starts (SPEC §9.2)."""
+
+import uuid
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ledger import resume, selectors
+
+from stateboard.errors import Invalid, NotFound
+from stateboard.roles import ANY
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+class RunResumePacketApi(APIView):
+    roles = {"GET": ANY}
+
+    @extend_schema(
+        summary="The resume packet: decision, goal, stages, effects, facts and leads within a token budget",
+        parameters=[OpenApiParameter("budget_tokens", OpenApiTypes.INT, description="200 to 100000, default 2000")],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request, run_id):
+        raw = request.query_params.get("budget_tokens", str(resume.BUDGET_DEFAULT))
+        try:
+            budget = int(raw)
+        except ValueError:
+            raise Invalid("invalid_budget", "budget_tokens must be an integer from 200 to 100000.", status_code=400)
+        run = selectors.run_list().filter(id=run_id).first() if _is_uuid(run_id) else None
+        if run is None:
+            raise NotFound("run_not_found", f"No run with id {run_id}.")
+        return Response(resume.resume_packet(run=run, user=request.user, budget_tokens=budget))
+
+
+
