@@ -248,10 +248,11 @@ def _move_head(head: ClaimHead, claim: Claim, now: datetime) -> None:
         head.system, head.scope_version, head.task = claim.scope_system, claim.scope_version, claim.scope_task
         head.sensitivity = claim.sensitivity
         head.owner_id = claim.owner_id
+        head.refresh_due_at = claim.refresh_after if head.live else None  # the stale sweep's work list
 
 
 HEAD_FIELDS = ["latest_version", "updated_at", "current", "live", "system", "scope_version", "task", "sensitivity",
-               "owner"]
+               "owner", "refresh_due_at"]
 
 
 def _append(head: ClaimHead, **version) -> Claim:
@@ -407,6 +408,8 @@ def claim_accept(*, user, key: str, version: int | None = None, now: datetime | 
         chosen = pending.order_by("-version").first()
         if chosen is None:
             raise Conflict("nothing_pending", f"{key!r} has no pending version to accept.")
+    if chosen.erased_at is not None:
+        raise Conflict("claim_erased", f"Version {chosen.version} of {key!r} was erased when its retention expired.")
     if chosen.store_version < current_sv:
         raise Conflict("pending_superseded",
                        f"Version {chosen.version} of {key!r} was proposed before the current value "
@@ -606,7 +609,7 @@ def tombstones_gc(*, now: datetime | None = None, limit: int = 1000) -> dict:
         if (tombstone is None or not tombstone.is_tombstone or head.latest_version != tombstone.version
                 or (boundary is not None and tombstone.store_version >= boundary)):
             continue
-        head.current, head.live = None, False
+        head.current, head.live, head.refresh_due_at = None, False, None
         head.gc_status, head.gc_store_version, head.gc_at, head.updated_at = (
             tombstone.status, tombstone.store_version, now, now)
         head.save()

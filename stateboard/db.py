@@ -18,6 +18,12 @@ def append_only_triggers(*, what: str = "it is append-only"):
     ]
 
 
+def sqlite_guard_sql(name: str, operation: str, table: str, message: str) -> str:
+    """The SQLite trigger refusing ``operation`` (UPDATE|DELETE) on ``table``."""
+    return (f"CREATE TRIGGER IF NOT EXISTS {name} BEFORE {operation} ON {table} "
+            f"BEGIN SELECT RAISE(ABORT, 'Cannot {operation.lower()} rows: {message}'); END;")
+
+
 def sqlite_guards(triggers: list[tuple[str, str, str, str]]) -> migrations.RunPython:
     """A migration operation installing SQLite equivalents of the pgtrigger guards.
 
@@ -28,9 +34,7 @@ def sqlite_guards(triggers: list[tuple[str, str, str, str]]) -> migrations.RunPy
     def install(apps, schema_editor):
         if schema_editor.connection.vendor == "sqlite":
             for name, operation, table, message in triggers:
-                schema_editor.execute(
-                    f"CREATE TRIGGER IF NOT EXISTS {name} BEFORE {operation} ON {table} "
-                    f"BEGIN SELECT RAISE(ABORT, 'Cannot {operation.lower()} rows: {message}'); END;")
+                schema_editor.execute(sqlite_guard_sql(name, operation, table, message))
 
     def uninstall(apps, schema_editor):
         if schema_editor.connection.vendor == "sqlite":
