@@ -38,7 +38,7 @@ from knowledge.models import Claim, ClaimHead, ClaimStatus, GateDecision, Sensit
 from stateboard.db import sqlite_guard_sql
 
 STALE_BATCH = 1000
-RETENTION_BATCH = 200
+RETENTION_BATCH = 100
 RETENTION_REASON = "retention_expired"
 # (pgtrigger name, SQLite trigger of knowledge/0002) of the rows the retention path rewrites.
 _LIFTED = [
@@ -179,27 +179,31 @@ def _retention_batch(now: datetime, size: int) -> dict:
     with _append_only_lifted():
         Claim.objects.filter(id__in=[c.id for c in due]).update(statement="", source_refs=[], erased_at=now)
         GateDecision.objects.filter(key__in=list(by_key), payload__isnull=False).update(payload=None)
-    tombstones, cache, items = 0, {}, []
+    cache, items, ending = {}, [], []
     for head in heads:
         erased = by_key.get(head.key)
         if not erased:
             continue
-        tombstone = None
-        if head.live and head.current_id in {c.id for c in erased}:
-            tombstone = services._tombstone(user=None, key=head.key, reason=RETENTION_REASON,
-                                            status=ClaimStatus.INVALIDATED, now=now)
-            tombstones += 1
+        ends = head.live and head.current_id in {c.id for c in erased}  # its live value goes: tombstone
+        if ends:
+            ending.append(head)
         versions = sorted(c.version for c in erased)
         ledger_services.audit_record(
             user=None, action="retention_erase", outcome="done", target=head.key[:200], code=RETENTION_REASON,
             reason=f"sensitive versions {versions} of {head.key} past retention_until",
             data={"key": head.key, "versions": versions, "store_versions": sorted(c.store_version for c in erased),
-                  "erased": ["statement", "source_refs", "gate_payloads"],
-                  "tombstone_version": tombstone.version if tombstone else None})
+                  "erased": ["statement", "source_refs", "gate_payloads"], "tombstoned": ends})
         subject = f"Claim {head.key}: versions {', '.join(map(str, versions))} deleted (retention expired)."
         url = reverse("knowledge:claim_history", args=[head.key])
         for user_id in _owner_ids(head.owner_id, cache):
             items.append(ledger_notifications.Item(user_id, "retention_expired", subject, url,
                                                    f"retention:{head.key}:{max(versions)}"))
     ledger_notifications.notifications_send_many(items, now=now)
-    return {"rows": len(due), "keys": len(by_key), "erased": len(due), "tombstones": tombstones}
+    # Last: appending takes the store counter's lock, which every claim write waits for until commit.
+    if ending:
+        currents = Claim.objects.in_bulk([h.current_id for h in ending])
+        for head in ending:
+            head.current = currents[head.current_id]
+        services.tombstones_append(ending, user=None, status=ClaimStatus.INVALIDATED, reason=RETENTION_REASON,
+                                   now=now, action=RETENTION_REASON)
+    return {"rows": len(due), "keys": len(by_key), "erased": len(due), "tombstones": len(ending)}

@@ -10,7 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from knowledge import selectors, services, sweeps
-from knowledge.models import Claim, ClaimHead, GateDecision
+from knowledge.models import Claim, ClaimHead, ClaimReview, GateDecision
 from ledger.models import AuditEntry, Notification
 from tests.factories import make_agent, make_operator
 from tests.knowledge.conftest import iso, proposal
@@ -135,6 +135,7 @@ def test_retention_sweep_erases_the_claim_and_leaves_a_tombstone_and_an_audit_en
     claim = expired_sensitive_claim(owner, agent)
     keeps = services.claim_propose(user=owner.user, data=proposal(
         sensitivity="sensitive", statement="still kept", retention_until=iso(timezone.now() + timedelta(days=1))))
+    derived = services.claim_propose(user=owner.user, data=proposal(derived_from=[claim.key]))
     report = sweeps.claims_retention_sweep()
     assert (report["keys"], report["erased"], report["tombstones"]) == (1, 2, 1)
     versions = list(Claim.objects.filter(key=claim.key).order_by("version"))
@@ -148,6 +149,7 @@ def test_retention_sweep_erases_the_claim_and_leaves_a_tombstone_and_an_audit_en
     assert Notification.objects.filter(user=owner.user, kind="retention_expired").count() == 1
     assert selectors.claims_live(user=owner.user, key=claim.key).count() == 0
     assert Claim.objects.get(id=keeps.id).statement == "still kept"
+    assert ClaimReview.objects.filter(key=derived.key, source_key=claim.key, reason="derived_from_invalidated").exists()
     assert sweeps.claims_retention_sweep()["erased"] == 0
     with pytest.raises(services.Conflict):
         services.claim_accept(user=owner.user, key=claim.key, version=2)  # the erased pending version
