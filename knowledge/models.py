@@ -82,6 +82,8 @@ class Claim(models.Model):
     pending_reasons = models.JSONField(default=list, blank=True)
     policy_version = models.CharField(max_length=50, blank=True)
     created_at = models.DateTimeField()
+    # Set by the retention sweep when the statement and sources were erased (knowledge.sweeps).
+    erased_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["key", "-version"]
@@ -93,6 +95,8 @@ class Claim(models.Model):
         indexes = [
             models.Index(fields=["key", "-version"], name="claim_key_version_desc"),
             models.Index(fields=["status", "refresh_after"], name="claim_status_refresh"),
+            models.Index(fields=["retention_until"], name="claim_retention_due",
+                         condition=Q(sensitivity="sensitive", erased_at__isnull=True, retention_until__isnull=False)),
         ]
         triggers = append_only_triggers()
 
@@ -134,6 +138,9 @@ class ClaimHead(models.Model):
     gc_status = models.CharField(max_length=20, blank=True)
     gc_store_version = models.BigIntegerField(null=True, blank=True)
     gc_at = models.DateTimeField(null=True, blank=True)
+    # The live current version's refresh_after until the stale sweep has notified its owner
+    # (then null): the sweep reads only claims still to notify, through a partial index.
+    refresh_due_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
 
     class Meta:
@@ -142,6 +149,8 @@ class ClaimHead(models.Model):
             models.Index(fields=["system", "task", "key"], name="claimhead_live_scope",
                          condition=Q(live=True)),
             models.Index(fields=["task", "key"], name="claimhead_live_task", condition=Q(live=True)),
+            models.Index(fields=["refresh_due_at"], name="claimhead_refresh_due",
+                         condition=Q(refresh_due_at__isnull=False)),
         ]
 
     def __str__(self):

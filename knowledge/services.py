@@ -248,10 +248,11 @@ def _move_head(head: ClaimHead, claim: Claim, now: datetime) -> None:
         head.system, head.scope_version, head.task = claim.scope_system, claim.scope_version, claim.scope_task
         head.sensitivity = claim.sensitivity
         head.owner_id = claim.owner_id
+        head.refresh_due_at = claim.refresh_after if head.live else None  # the stale sweep's work list
 
 
 HEAD_FIELDS = ["latest_version", "updated_at", "current", "live", "system", "scope_version", "task", "sensitivity",
-               "owner"]
+               "owner", "refresh_due_at"]
 
 
 def _append(head: ClaimHead, **version) -> Claim:
@@ -407,6 +408,8 @@ def claim_accept(*, user, key: str, version: int | None = None, now: datetime | 
         chosen = pending.order_by("-version").first()
         if chosen is None:
             raise Conflict("nothing_pending", f"{key!r} has no pending version to accept.")
+    if chosen.erased_at is not None:
+        raise Conflict("claim_erased", f"Version {chosen.version} of {key!r} was erased when its retention expired.")
     if chosen.store_version < current_sv:
         raise Conflict("pending_superseded",
                        f"Version {chosen.version} of {key!r} was proposed before the current value "
@@ -446,25 +449,38 @@ def _tombstone(*, user, key: str, reason: str, status: str, now: datetime | None
     # a revoke is the stronger tombstone, so invalidating a revoked claim changes nothing either.
     if current is not None and (current.status == status or current.status == ClaimStatus.REVOKED):
         return current
-    base = current or _latest_version(key)
-    fields = {
-        "source_type": base.source_type, "scope_system": base.scope_system, "scope_version": base.scope_version,
-        "scope_task": base.scope_task, "confidence": base.confidence, "owner_id": base.owner_id,
-        "sensitivity": base.sensitivity,
-    }
-    provenance = {"action": "revoke" if status == ClaimStatus.REVOKED else "invalidate"}
-    if current is not None:
-        provenance.update(of_version=current.version, of_store_version=current.store_version)
-    tombstone = _append(head, status=status, fields=fields, actor=actor_for(user), now=now,
-                        provenance=provenance, reason=reason.strip())
-    derived = (Claim.objects.filter(derivations__source_key=key, head_of__live=True)
-               .values_list("key", flat=True).distinct())
+    return tombstones_append([head], user=user, status=status, reason=reason.strip(), now=now)[0]
+
+
+def tombstones_append(heads: list[ClaimHead], *, user, status: str, reason: str, now: datetime,
+                      action: str | None = None) -> list[Claim]:
+    """Append a tombstone version to each of ``heads`` (locked by the caller, checked already):
+    its fields from the current value (else the latest version), one block of store versions,
+    and review flags on the live claims derived from each key."""
+    items = []
+    for head in heads:
+        current = head.current
+        base = current or _latest_version(head.key)
+        fields = {
+            "source_type": base.source_type, "scope_system": base.scope_system, "scope_version": base.scope_version,
+            "scope_task": base.scope_task, "confidence": base.confidence, "owner_id": base.owner_id,
+            "sensitivity": base.sensitivity,
+        }
+        provenance = {"action": action or ("revoke" if status == ClaimStatus.REVOKED else "invalidate")}
+        if current is not None:
+            provenance.update(of_version=current.version, of_store_version=current.store_version)
+        items.append((head, dict(status=status, fields=fields, actor=actor_for(user), now=now,
+                                 provenance=provenance, reason=reason)))
+    tombstones = _append_many(items)
+    by_key = {t.key: t for t in tombstones}
+    derived = (ClaimDerivation.objects.filter(source_key__in=list(by_key), claim__head_of__live=True)
+               .values_list("claim__key", "source_key").distinct())
     ClaimReview.objects.bulk_create([
-        ClaimReview(key=k, source_key=key, source_store_version=tombstone.store_version,
-                    reason=f"derived_from_{status}", actor=tombstone.actor, created_at=now)
-        for k in sorted(derived)
+        ClaimReview(key=k, source_key=source, source_store_version=by_key[source].store_version,
+                    reason=f"derived_from_{status}", actor=by_key[source].actor, created_at=now)
+        for k, source in sorted(derived)
     ])
-    return tombstone
+    return tombstones
 
 
 @transaction.atomic
@@ -606,7 +622,7 @@ def tombstones_gc(*, now: datetime | None = None, limit: int = 1000) -> dict:
         if (tombstone is None or not tombstone.is_tombstone or head.latest_version != tombstone.version
                 or (boundary is not None and tombstone.store_version >= boundary)):
             continue
-        head.current, head.live = None, False
+        head.current, head.live, head.refresh_due_at = None, False, None
         head.gc_status, head.gc_store_version, head.gc_at, head.updated_at = (
             tombstone.status, tombstone.store_version, now, now)
         head.save()

@@ -389,3 +389,36 @@ class AuditEntry(models.Model):
 
     def __str__(self):
         return f"{self.actor} {self.action} {self.outcome}"
+
+
+class Notification(models.Model):
+    """A message for one user (SPEC §5.3): stale claims to owners, pending approvals to editors,
+    escalations to on-call. ``dedupe_key`` is unique per user, so a sweep that runs twice, or two
+    at once, notifies once (the insert is ``ON CONFLICT DO NOTHING``)."""
+
+    class Kind(models.TextChoices):
+        STALE_CLAIM = "stale_claim"
+        APPROVAL_PENDING = "approval_pending"
+        ESCALATION = "escalation"
+        RETENTION_EXPIRED = "retention_expired"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications")
+    kind = models.CharField(max_length=40)
+    subject = models.CharField(max_length=300)
+    url = models.CharField(max_length=500, blank=True)
+    dedupe_key = models.CharField(max_length=400)
+    created_at = models.DateTimeField()
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "dedupe_key"], name="notification_unique_user_dedupe"),
+        ]
+        indexes = [
+            models.Index(fields=["user", "-created_at", "-id"], name="notification_user_newest"),
+            models.Index(fields=["user"], condition=Q(read_at__isnull=True), name="notification_user_unread"),
+        ]
+
+    def __str__(self):
+        return f"{self.user_id}: {self.subject}"

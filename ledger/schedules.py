@@ -7,6 +7,8 @@ SWEEPS = {
     "stateboard: expire approvals": ("ledger.tasks.approvals_expire", 60),
     "stateboard: prune checkpoints": ("ledger.tasks.checkpoints_prune", 3600),
     "stateboard: knowledge tombstone gc": ("knowledge.tasks.tombstones_gc", 3600),
+    "stateboard: stale claims": ("knowledge.tasks.claims_stale_sweep", 60),
+    "stateboard: claim retention": ("knowledge.tasks.claims_retention_sweep", 60),
 }
 
 

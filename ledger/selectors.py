@@ -219,3 +219,15 @@ def run_audit_entries(*, run):
     from ledger.models import AuditEntry
 
     return AuditEntry.objects.filter(run=run).order_by("-at", "-id")
+
+
+def notifications_for(*, user, unread: bool = False):
+    """The user's notifications, newest first; ``unread`` hides the read ones."""
+    from ledger.models import Notification
+
+    rows = Notification.objects.filter(user_id=user.pk).order_by("-created_at", "-id")
+    return rows.filter(read_at__isnull=True) if unread else rows
+
+
+def notifications_unread_count(*, user) -> int:
+    return notifications_for(user=user, unread=True).count()

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from ledger import views
+from ledger import views, views_notifications
 
 app_name = "ledger"
 urlpatterns = [
@@ -14,4 +14,6 @@ urlpatterns = [
     path("oncall/runs/<uuid:run_id>/retry/", views.run_retry, name="run_retry"),
     path("oncall/runs/<uuid:run_id>/compensate/", views.run_compensate, name="run_compensate"),
     path("oncall/runs/<uuid:run_id>/abandon/", views.run_abandon, name="run_abandon"),
+    path("notifications/", views_notifications.notification_list, name="notification_list"),
+    path("notifications/<int:notification_id>/read/", views_notifications.notification_read, name="notification_read"),
 ]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from ledger import api, api_resume
+from ledger import api, api_notifications, api_resume
 
 urlpatterns = [
     path("workflows/", api.WorkflowListCreateApi.as_view(), name="workflow_list"),
@@ -21,4 +21,7 @@ urlpatterns = [
     path("approvals/<str:approval_id>/reject/", api.ApprovalRejectApi.as_view(), name="approval_reject"),
     path("effects/", api.EffectListApi.as_view(), name="effect_list"),
     path("metrics/", api.MetricsApi.as_view(), name="metrics"),
+    path("notifications/", api_notifications.NotificationListApi.as_view(), name="notification_list"),
+    path("notifications/<str:notification_id>/read/", api_notifications.NotificationReadApi.as_view(),
+         name="notification_read"),
 ]

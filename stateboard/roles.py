@@ -39,6 +39,15 @@ def is_agent(user) -> bool:
     return AGENT in user_roles(user)
 
 
+def users_in_role(role: str):
+    """Active people holding ``role`` (superusers hold every human role); never agents."""
+    from django.contrib.auth import get_user_model
+    from django.db.models import Q
+
+    return (get_user_model().objects.filter(is_active=True).filter(Q(groups__name=role) | Q(is_superuser=True))
+            .exclude(groups__name=AGENT).distinct().order_by("id"))
+
+
 def actor_for(user) -> str:
     """Ledger actor string: ``agent:<name>`` or ``user:<name>``."""
     if user is None:

@@ -182,6 +182,17 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
+# E-mail for notifications (SPEC §5.3): sent only when EMAIL_HOST or EMAIL_BACKEND is set
+# (`up` uses the console backend for the demo); notifications are rows whether or not it is.
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND") or "django.core.mail.backends.smtp.EmailBackend"
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "stateboard@localhost")
+NOTIFICATIONS_EMAIL = bool(os.environ.get("EMAIL_HOST") or os.environ.get("EMAIL_BACKEND"))
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

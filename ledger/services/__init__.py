@@ -1,6 +1,6 @@
 """Every write to the ledger, one module per family of verbs (lower modules never import higher ones):
 
-writer (fingerprints, hash chain, run lock, RunWriter) < escalations < checkpoints < runs
+notifications < writer (fingerprints, hash chain, run lock, RunWriter) < escalations < checkpoints < runs
 < oncall < approvals < events.
 """
 
@@ -11,6 +11,7 @@ from ledger.services.checkpoints import (CHECKPOINT_FIELDS, CHECKPOINT_MAX_BYTES
                                          checkpoint_save, checkpoint_validate, checkpoints_prune)
 from ledger.services.escalations import escalation_raise
 from ledger.services.events import event_append
+from ledger.services.notifications import approval_notify, notification_read, notifications_send
 from ledger.services.oncall import compensation_plan, run_abandon, run_compensate, run_retry
 from ledger.services.runs import recovery_input_gather, run_trigger, runs_expire_leases
 from ledger.services.writer import (GENESIS_HASH, RunWriter, chain_verify, effect_key_default, event_compute_hash,
@@ -23,4 +24,5 @@ __all__ = [
     "escalation_raise", "event_append", "event_compute_hash", "event_hash_fields", "input_fingerprint",
     "parse_moment", "permit_find", "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate",
     "run_retry", "run_trigger", "runs_expire_leases",
+    "approval_notify", "notification_read", "notifications_send",
 ]

@@ -11,6 +11,7 @@ from django.utils import timezone
 from ledger import recovery
 from ledger.models import Approval, EventKind, LedgerEvent, Run
 from ledger.services.escalations import escalation_raise
+from ledger.services.notifications import approval_notify
 from ledger.services.oncall import run_abandon, run_retry
 from ledger.services.writer import (RunWriter, illegal, run_lock, stage_status, workflow_and_run_lock,
                                     workflow_spec)
@@ -64,6 +65,7 @@ def approval_request(*, run_id, kind: str, stage: str, action, actor: str, user=
         requested_by=actor, requested_by_user=user, created_at=now,
         deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
     writer.emit(EventKind.APPROVAL_REQUESTED, stage, data={"approval": str(approval.id), "kind": kind, "action": action})
+    approval_notify(approval)  # editors, once per request
     if kind == Approval.Kind.HIGH_IMPACT:
         if run.state != "awaiting_approval":
             run.current_stage = stage

@@ -179,18 +179,25 @@ def checkpoint_save(*, run_id, payload: dict, actor: str) -> Checkpoint:
 
 
 
-def checkpoints_prune(*, now: datetime | None = None) -> int:
-    """Sweep: delete expired checkpoints that are no longer the latest of their (intent, fingerprint)."""
-    now = now or timezone.now()
-    removed = 0
-    expired = Checkpoint.objects.filter(expires_at__lte=now).values_list("id", "workflow_id", "intent",
-                                                                          "input_fingerprint")[:5000]
-    for checkpoint_id, workflow_id, intent, fingerprint in expired:
-        latest = (Checkpoint.objects.filter(workflow_id=workflow_id, intent=intent, input_fingerprint=fingerprint)
-                  .order_by("-id").values_list("id", flat=True).first())
-        intent_latest = (Checkpoint.objects.filter(workflow_id=workflow_id, intent=intent)
-                         .order_by("-id").values_list("id", flat=True).first())
-        if checkpoint_id not in (latest, intent_latest):
-            removed += Checkpoint.objects.filter(id=checkpoint_id).delete()[0]
-    return removed
+def checkpoints_prune(*, now: datetime | None = None, batch_size: int = 1000, max_batches: int | None = None) -> int:
+    """Sweep: delete expired checkpoints that are no longer the latest of their intent nor of their
+    fingerprint. A newer checkpoint of the same (workflow, intent, fingerprint) is also newer than it
+    within the intent, so "a newer one of its fingerprint exists" says both. Batches of ``batch_size``,
+    each its own transaction: one locking SELECT (SKIP LOCKED: a concurrent sweep takes other rows)
+    and one DELETE by id. Safe twice and concurrently."""
+    from django.db.models import Exists, OuterRef
 
+    now = now or timezone.now()
+    newer = Checkpoint.objects.filter(workflow_id=OuterRef("workflow_id"), intent=OuterRef("intent"),
+                                      input_fingerprint=OuterRef("input_fingerprint"), id__gt=OuterRef("id"))
+    removed = batches = 0
+    while max_batches is None or batches < max_batches:
+        with transaction.atomic():
+            ids = list(Checkpoint.objects.select_for_update(skip_locked=True)
+                       .filter(expires_at__lte=now).filter(Exists(newer)).order_by("expires_at", "id")
+                       .values_list("id", flat=True)[:batch_size])
+            if not ids:
+                break
+            removed += Checkpoint.objects.filter(id__in=ids).delete()[0]
+        batches += 1
+    return removed

@@ -10,6 +10,7 @@ from django.utils import timezone
 from ledger import effects
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, Run
 from ledger.services.escalations import escalation_close, escalation_raise
+from ledger.services.notifications import approval_notify
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
 from ledger.services.writer import RunWriter, illegal, run_lock, workflow_and_run_lock
 from stateboard.canonical import digest
@@ -115,6 +116,7 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
         if pending is None:
             writer.emit(EventKind.APPROVAL_REQUESTED, run.current_stage,
                         data={"approval": str(approval.id), "kind": "compensation", "action": plan, "role": role})
+            approval_notify(approval)  # editors, once per request
     writer.flush()
     escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "compensate", now=now)
     if run.state == "escalated":

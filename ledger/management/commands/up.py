@@ -45,6 +45,8 @@ class Command(BaseCommand):
         env = dict(os.environ)
         if not os.environ.get("DATABASE_URL") and "SECURE_COOKIES" not in os.environ:
             env["SECURE_COOKIES"] = "0"  # the embedded demo is served over plain http on localhost
+        if not (os.environ.get("EMAIL_HOST") or os.environ.get("EMAIL_BACKEND")):
+            env["EMAIL_BACKEND"] = "django.core.mail.backends.console.EmailBackend"  # notifications on stdout
         python = sys.executable
         bind = f"{host}:{port}"
         processes = {

@@ -1,0 +1,46 @@
+"""The caller's notifications (SPEC §5.3): ``GET /notifications/`` and ``POST /notifications/{id}/read/``."""
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.generics import ListAPIView
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ledger import selectors, services
+from ledger.api import NewestFirstCursor
+from ledger.models import Notification
+from stateboard.roles import ANY
+
+
+class NotificationOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Notification
+        fields = ["id", "kind", "subject", "url", "created_at", "read_at"]
+
+
+def _flag(value) -> bool:
+    return str(value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+class NotificationListApi(ListAPIView):
+    roles = {"GET": ANY}
+    serializer_class = NotificationOutputSerializer
+    pagination_class = NewestFirstCursor
+
+    @extend_schema(parameters=[OpenApiParameter("unread", OpenApiTypes.BOOL, description="1: hide read ones")])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        return selectors.notifications_for(user=self.request.user,
+                                           unread=_flag(self.request.query_params.get("unread")))
+
+
+class NotificationReadApi(APIView):
+    roles = {"POST": ANY}
+
+    @extend_schema(request=None, responses=NotificationOutputSerializer)
+    def post(self, request, notification_id):
+        notification = services.notification_read(notification_id=notification_id, user=request.user)
+        return Response(NotificationOutputSerializer(notification).data)

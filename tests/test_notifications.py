@@ -1,0 +1,181 @@
+"""Notifications (SPEC §5.3): rows per user and dedupe key, the API, the page, and who is told what."""
+
+import pytest
+from django.core import mail
+from django.test import Client
+
+from ledger import services
+from ledger.models import Notification
+from tests.factories import client_for, make_operator
+from tests.ledger.test_approvals import ACTION, Crew
+from tests.ledger.test_oncall import OnCall
+
+pytestmark = pytest.mark.django_db
+
+
+def _send(user, key, subject="Something happened", kind="stale_claim"):
+    return services.notifications_send(users=[user], kind=kind, subject=subject, url="/claims/review/",
+                                       dedupe_key=key)
+
+
+def test_notifications_send_is_once_per_user_and_dedupe_key():
+    """Sending the same key twice makes one row per user; another key is another row."""
+    alice, _ = make_operator("owner")
+    bob, _ = make_operator("owner")
+    first = services.notifications_send(users=[alice, bob.pk], kind="stale_claim", subject="s", url="/u",
+                                        dedupe_key="stale:k:1")
+    again = services.notifications_send(users=[alice, bob], kind="stale_claim", subject="s", url="/u",
+                                        dedupe_key="stale:k:1")
+    _send(alice, "stale:k:2")
+    assert len(first) == 2 and again == []
+    assert Notification.objects.filter(user=alice).count() == 2
+    assert Notification.objects.filter(user=bob).count() == 1
+
+
+def test_notifications_api_lists_the_callers_own_newest_first_with_unread_filter():
+    """GET lists only the caller's rows, newest first, {results, next}; ?unread=1 hides read ones."""
+    alice, alice_token = make_operator("viewer")
+    bob, _ = make_operator("viewer")
+    _send(alice, "a", subject="older")
+    _send(alice, "b", subject="newer")
+    _send(bob, "c", subject="bob's")
+    client = client_for(alice_token)
+    body = client.get("/api/v1/notifications/").json()
+    assert [n["subject"] for n in body["results"]] == ["newer", "older"] and body["next"] is None
+    assert set(body["results"][0]) == {"id", "kind", "subject", "url", "created_at", "read_at"}
+    older = body["results"][1]["id"]
+    read = client.post(f"/api/v1/notifications/{older}/read/")
+    assert read.status_code == 200 and read.json()["read_at"] is not None and read.json()["id"] == older
+    assert [n["subject"] for n in client.get("/api/v1/notifications/?unread=1").json()["results"]] == ["newer"]
+    listed = client.get("/api/v1/notifications/").json()["results"]
+    assert [n["subject"] for n in listed] == ["newer", "older"]  # read ones stay listed
+
+
+def test_notifications_api_pages_with_a_cursor():
+    """page_size limits a page; next leads to the rest."""
+    alice, token = make_operator("viewer")
+    for i in range(3):
+        _send(alice, f"k{i}", subject=f"n{i}")
+    client = client_for(token)
+    page = client.get("/api/v1/notifications/?page_size=2").json()
+    assert [n["subject"] for n in page["results"]] == ["n2", "n1"] and page["next"]
+    rest = client.get(page["next"]).json()
+    assert [n["subject"] for n in rest["results"]] == ["n0"] and rest["next"] is None
+
+
+def test_notification_read_of_another_users_is_404_and_reading_twice_keeps_the_time():
+    """Another user's id (or a malformed one) is 404 notification_not_found; a repeat read changes nothing."""
+    alice, alice_token = make_operator("viewer")
+    bob, bob_token = make_operator("viewer")
+    [nid] = _send(alice, "x")
+    assert client_for(bob_token).post(f"/api/v1/notifications/{nid}/read/").json()["code"] == "notification_not_found"
+    assert client_for(bob_token).post(f"/api/v1/notifications/{nid}/read/").status_code == 404
+    assert client_for(bob_token).post("/api/v1/notifications/nope/read/").status_code == 404
+    first = client_for(alice_token).post(f"/api/v1/notifications/{nid}/read/").json()["read_at"]
+    assert client_for(alice_token).post(f"/api/v1/notifications/{nid}/read/").json()["read_at"] == first
+    assert Notification.objects.get(id=nid).read_at is not None
+
+
+def test_notifications_api_refuses_anonymous_callers():
+    """No token: 401 on both endpoints."""
+    alice, _ = make_operator("viewer")
+    [nid] = _send(alice, "x")
+    anonymous = client_for(None)
+    assert anonymous.get("/api/v1/notifications/").status_code == 401
+    assert anonymous.post(f"/api/v1/notifications/{nid}/read/").status_code == 401
+    assert Notification.objects.get(id=nid).read_at is None
+
+
+def test_notifications_page_lists_them_and_marks_read_without_js():
+    """The page lists the user's notifications with a badge in the menu; the form marks one read."""
+    alice, _ = make_operator("viewer")
+    alice.set_password("pw")
+    alice.save()
+    [nid] = _send(alice, "x", subject="Claim billing/timeout is stale")
+    browser = Client()
+    browser.force_login(alice)
+    page = browser.get("/notifications/")
+    html = page.content.decode()
+    assert page.status_code == 200 and "Claim billing/timeout is stale" in html
+    assert 'data-unread-count aria-label="1 unread"' in html and "Mark read" in html
+    answer = browser.post(f"/notifications/{nid}/read/")
+    assert answer.status_code == 302 and answer["Location"] == "/notifications/"
+    html = browser.get("/notifications/").content.decode()
+    assert "data-unread-count" not in html and "Mark read" not in html
+    assert "No unread notifications." in browser.get("/notifications/?unread=1").content.decode()
+
+
+def test_notifications_page_another_users_notification_is_404():
+    """Marking someone else's notification read answers 404 and leaves it unread."""
+    alice, _ = make_operator("viewer")
+    bob, _ = make_operator("viewer")
+    [nid] = _send(alice, "x")
+    browser = Client()
+    browser.force_login(bob)
+    assert browser.post(f"/notifications/{nid}/read/").status_code == 404
+    assert Notification.objects.get(id=nid).read_at is None
+
+
+def test_notifications_email_is_sent_when_mail_is_configured(settings, django_capture_on_commit_callbacks):
+    """With mail configured, each new notification mails its user (if they have an address), after commit."""
+    settings.NOTIFICATIONS_EMAIL = True
+    alice, _ = make_operator("owner")
+    alice.email = "alice@example.test"
+    alice.save()
+    nobody, _ = make_operator("owner")  # no address: the row only
+    with django_capture_on_commit_callbacks(execute=True):
+        services.notifications_send(users=[alice, nobody], kind="stale_claim", subject="Claim k is stale",
+                                    url="/claims/k/history/", dedupe_key="stale:k:1")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.notifications_send(users=[alice], kind="stale_claim", subject="Claim k is stale",
+                                    url="/claims/k/history/", dedupe_key="stale:k:1")  # a repeat: no mail
+    assert [(m.to, m.subject) for m in mail.outbox] == [(["alice@example.test"], "[Stateboard] Claim k is stale")]
+
+
+def test_notifications_email_is_not_sent_unless_configured(settings, django_capture_on_commit_callbacks):
+    """Without EMAIL_HOST / EMAIL_BACKEND the notification is a row only."""
+    settings.NOTIFICATIONS_EMAIL = False
+    alice, _ = make_operator("owner")
+    alice.email = "alice@example.test"
+    alice.save()
+    with django_capture_on_commit_callbacks(execute=True):
+        _send(alice, "x")
+    assert mail.outbox == []
+
+
+def test_pending_approval_notifies_editors_once():
+    """A high-impact request notifies every editor once (a repeated request adds nothing), not other roles."""
+    crew = Crew()
+    run_id = crew.to_deploy()
+    approval = crew.request(run_id)
+    crew.request(run_id, expect=200)  # the same request again: the pending one is answered
+    rows = Notification.objects.filter(dedupe_key=f"approval:{approval['id']}")
+    assert sorted(rows.values_list("user_id", flat=True)) == sorted([crew.editor.id, crew.editor2.id])
+    assert {r.kind for r in rows} == {"approval_pending"}
+    assert rows.first().url == f"/approvals/#approval-{approval['id']}"
+    assert ACTION["summary"] in rows.first().subject
+    assert not Notification.objects.filter(user__in=[crew.owner, crew.oncall, crew.viewer]).exists()
+
+
+def test_compensation_request_by_oncall_notifies_editors():
+    """On-call proposing a compensation notifies the editors, once."""
+    crew = OnCall()
+    run_id = crew.in_compensate()
+    answer = crew.act(run_id, "compensate", reason="undo")
+    approval_id = answer.json()["approval"]["id"]
+    crew.act(run_id, "compensate", reason="undo again")  # the pending request is kept: no new notification
+    rows = Notification.objects.filter(dedupe_key=f"approval:{approval_id}")
+    assert list(rows.values_list("user_id", flat=True)) == [crew.editor.id]
+
+
+def test_escalation_notifies_oncall_once_per_escalation_request():
+    """An escalated run notifies on-call once, linking the request; raising it again adds nothing."""
+    from ledger.models import Approval, Run
+
+    crew = OnCall()
+    run_id = crew.escalated_by_retries()
+    escalation = Approval.objects.get(run_id=run_id, kind="escalation", status="pending")
+    services.escalation_raise(Run.objects.get(id=run_id), now=escalation.created_at)  # already open
+    rows = Notification.objects.filter(kind="escalation")
+    assert list(rows.values_list("user_id", "dedupe_key")) == [(crew.oncall.id, f"escalation:{escalation.id}")]
+    assert not Notification.objects.exclude(user=crew.oncall).filter(kind="escalation").exists()
