@@ -37,6 +37,7 @@ def outbox_put(*, task: str, args: list | None = None, kwargs: dict | None = Non
 
 
 def _send(row: Outbox) -> None:
+    import ledger.tasks  # noqa: F401 (registers the ledger's tasks in this process)
     from stateboard.celery import app
 
     task = app.tasks.get(row.task)
