@@ -3,13 +3,20 @@ from django.contrib import admin, messages
 from stateboard.admin import ReadOnlyAdmin
 from django.utils import timezone
 
+from ledger.services.workflows import POLICY_FIELDS
 from ledger.models import Agent, ApiToken, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
 
 
 @admin.register(Workflow)
 class WorkflowAdmin(admin.ModelAdmin):
+    """Policy is changed through the API (validated, audited, synced to beat), never here."""
+
     list_display = ["slug", "title", "policy_version", "max_retries", "lease_seconds", "schedule", "owner"]
     search_fields = ["slug", "title"]
+    readonly_fields = ["slug", *POLICY_FIELDS]
+
+    def has_add_permission(self, request):
+        return False
 
 
 @admin.register(Run)

@@ -17,7 +17,6 @@ from rest_framework.views import APIView
 
 from ledger import selectors, services
 from ledger.models import Approval, Effect, LedgerEvent, Run, Trigger, Workflow
-from ledger.schedules import periodic_tasks_ensure
 from stateboard.errors import DomainError, Invalid, NotFound
 from stateboard.roles import AGENT, ANY, EDITOR, ONCALL, OWNER, actor_for, has_role
 
@@ -27,13 +26,27 @@ HUMANS_AND_AGENTS = frozenset({AGENT, EDITOR, OWNER, ONCALL})
 # ---------------------------------------------------------------- output shapes
 
 class WorkflowOutputSerializer(serializers.ModelSerializer):
+    """``executors`` (handler URLs, the names of secret variables) is shown to owners only."""
+
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    schedule_intent = serializers.SerializerMethodField()
 
     class Meta:
         model = Workflow
         fields = ["slug", "title", "stages", "effect_stages", "approval_stages", "policy_version",
                   "max_retries", "lease_seconds", "checkpoint_ttl_seconds", "approval_ttl_seconds",
-                  "schedule", "owner", "created_at", "updated_at"]
+                  "schedule", "schedule_intent", "schedule_inputs", "executors", "knowledge_scope",
+                  "owner", "created_at", "updated_at"]
+
+    def get_schedule_intent(self, workflow) -> str:
+        return workflow.schedule_intent or workflow.slug
+
+    def to_representation(self, workflow):
+        body = super().to_representation(workflow)
+        request = self.context.get("request")
+        if request is None or not has_role(request.user, OWNER):
+            body.pop("executors", None)
+        return body
 
 
 class EffectOutputSerializer(serializers.ModelSerializer):
@@ -66,8 +79,18 @@ class RunOutputSerializer(serializers.ModelSerializer):
                   "policy_version", "env_fingerprint", "state", "decision", "current_stage", "stage_states",
                   "triggered_by", "created_at", "updated_at", "decided_at", "ended_at", "lease", "event_count"]
 
-    def get_lease(self, run) -> dict:
-        return {"owner": run.lease_owner, "expires_at": run.lease_expires_at}
+    def get_lease(self, run) -> dict | None:
+        if not run.lease_owner or run.is_terminal:
+            return None
+        return {"owner": run.lease_owner, "id": str(run.lease_id) if run.lease_id else None,
+                "expires_at": _drf_datetime(run.lease_expires_at)}
+
+    def to_representation(self, run):
+        body = super().to_representation(run)
+        body["queued"] = run.queued_until is not None and not run.is_terminal
+        if body["queued"]:
+            body["queued_until"] = _drf_datetime(run.queued_until)
+        return body
 
 
 class RunDetailOutputSerializer(RunOutputSerializer):
@@ -189,34 +212,23 @@ class AuditedAction:
 # ---------------------------------------------------------------- workflows
 
 class WorkflowInputSerializer(serializers.Serializer):
+    """Field types only; the rules of a definition live in ``services.workflow_validate``."""
+
     slug = serializers.SlugField(max_length=100)
     title = serializers.CharField(max_length=200, required=False, allow_blank=True)
     stages = serializers.ListField(child=serializers.SlugField(max_length=100), min_length=1, required=False)
     effect_stages = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
     approval_stages = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
     policy_version = serializers.CharField(max_length=100, required=False)
-    max_retries = serializers.IntegerField(min_value=1, max_value=100, required=False)
-    lease_seconds = serializers.IntegerField(min_value=5, max_value=7 * 86400, required=False)
-    checkpoint_ttl_seconds = serializers.IntegerField(min_value=60, max_value=365 * 86400, required=False)
-    approval_ttl_seconds = serializers.IntegerField(min_value=60, max_value=365 * 86400, required=False)
+    max_retries = serializers.IntegerField(required=False)
+    lease_seconds = serializers.IntegerField(required=False)
+    checkpoint_ttl_seconds = serializers.IntegerField(required=False)
+    approval_ttl_seconds = serializers.IntegerField(required=False)
     schedule = serializers.CharField(max_length=100, required=False, allow_blank=True)
-
-    def validate(self, attrs):
-        stages = attrs.get("stages") or (self.instance.stages if self.instance else None) or Workflow().stages
-        if len(set(stages)) != len(stages):
-            raise serializers.ValidationError({"stages": "Stage names must be unique."})
-        for name in ("effect_stages", "approval_stages"):
-            listed = attrs.get(name, getattr(self.instance, name, None) if self.instance else None)
-            if listed is None:
-                listed = [s for s in getattr(Workflow(), name) if s in stages] if "stages" in attrs else None
-                if listed is not None:
-                    attrs[name] = listed
-            if listed is not None and set(listed) - set(stages):
-                raise serializers.ValidationError({name: f"Unknown stages: {sorted(set(listed) - set(stages))}."})
-        schedule = attrs.get("schedule")
-        if schedule and len(schedule.split()) != 5:
-            raise serializers.ValidationError({"schedule": "Use a five-field cron expression."})
-        return attrs
+    schedule_intent = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    schedule_inputs = serializers.JSONField(required=False)
+    executors = serializers.JSONField(required=False)
+    knowledge_scope = serializers.JSONField(required=False)
 
 
 class WorkflowListCreateApi(APIView):
@@ -224,57 +236,41 @@ class WorkflowListCreateApi(APIView):
 
     @extend_schema(responses=WorkflowOutputSerializer(many=True))
     def get(self, request):
-        return Response({"results": WorkflowOutputSerializer(Workflow.objects.select_related("owner"), many=True).data,
+        workflows = Workflow.objects.select_related("owner")
+        return Response({"results": WorkflowOutputSerializer(workflows, many=True, context={"request": request}).data,
                          "next": None})
 
     @extend_schema(request=WorkflowInputSerializer, responses={201: WorkflowOutputSerializer})
     def post(self, request):
         data = _validated(WorkflowInputSerializer, request)
-        if Workflow.objects.filter(slug=data["slug"]).exists():
-            raise DomainError("workflow_exists", f"A workflow {data['slug']!r} already exists.")
-        workflow = Workflow.objects.create(owner=request.user, **data)
-        if workflow.schedule:
-            periodic_tasks_ensure()
-        return Response(WorkflowOutputSerializer(workflow).data, status=status.HTTP_201_CREATED)
+        workflow = services.workflow_create(user=request.user, data=data)
+        return Response(WorkflowOutputSerializer(workflow, context={"request": request}).data,
+                        status=status.HTTP_201_CREATED)
 
 
 class WorkflowPatchInputSerializer(WorkflowInputSerializer):
     slug = None
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
 
 
 class WorkflowDetailApi(APIView):
     roles = {"GET": ANY, "PATCH": {OWNER}}
 
-    def _get(self, slug) -> Workflow:
+    @extend_schema(responses=WorkflowOutputSerializer)
+    def get(self, request, slug):
         workflow = Workflow.objects.select_related("owner").filter(slug=slug).first()
         if workflow is None:
             raise NotFound("workflow_not_found", f"No workflow {slug!r}.")
-        return workflow
-
-    @extend_schema(responses=WorkflowOutputSerializer)
-    def get(self, request, slug):
-        return Response(WorkflowOutputSerializer(self._get(slug)).data)
+        return Response(WorkflowOutputSerializer(workflow, context={"request": request}).data)
 
     @extend_schema(request=WorkflowPatchInputSerializer, responses=WorkflowOutputSerializer)
     def patch(self, request, slug):
-        with transaction.atomic():
-            workflow = Workflow.objects.select_for_update().filter(slug=slug).first()
-            if workflow is None:
-                raise NotFound("workflow_not_found", f"No workflow {slug!r}.")
-            serializer = WorkflowPatchInputSerializer(workflow, data=_body(request), partial=True)
-            if not serializer.is_valid():
-                raise Invalid("validation_error", "Invalid input.", errors=serializer.errors)
-            old_policy, old_schedule = workflow.policy_version, workflow.schedule
-            for name, value in serializer.validated_data.items():
-                setattr(workflow, name, value)
-            workflow.save()
-            if workflow.schedule != old_schedule:
-                periodic_tasks_ensure()
-            if workflow.policy_version != old_policy:
-                services.audit_record(user=request.user, action="policy_bump", outcome="done",
-                                      target=workflow.slug, reason=str(_body(request).get("reason", "")),
-                                      data={"from": old_policy, "to": workflow.policy_version})
-        return Response(WorkflowOutputSerializer(workflow).data)
+        if not Workflow.objects.filter(slug=slug).exists():
+            raise NotFound("workflow_not_found", f"No workflow {slug!r}.")
+        data = dict(_validated(WorkflowPatchInputSerializer, request))
+        reason = data.pop("reason", "")
+        workflow = services.workflow_update(user=request.user, slug=slug, data=data, reason=reason)
+        return Response(WorkflowOutputSerializer(workflow, context={"request": request}).data)
 
 
 # ---------------------------------------------------------------- runs
@@ -320,6 +316,27 @@ class RunListCreateApi(ListAPIView):
             env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(request.user))
         return Response(_run_body(run, duplicate=not created),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class RunLeaseInputSerializer(serializers.Serializer):
+    workflows = serializers.ListField(child=serializers.CharField(max_length=100), required=False, allow_empty=True)
+    wait_seconds = serializers.FloatField(min_value=0, max_value=30, required=False, default=0)
+
+
+class RunLeaseApi(APIView):
+    """SPEC §9.1: the earliest-queued run, now leased to the calling agent (200), or 204."""
+
+    roles = {"POST": {AGENT}}
+
+    @extend_schema(request=RunLeaseInputSerializer, responses={200: RunDetailOutputSerializer,
+                                                               204: OpenApiResponse(description="no queued run")})
+    def post(self, request):
+        data = _validated(RunLeaseInputSerializer, request)
+        run = services.run_lease(actor=actor_for(request.user), workflows=data.get("workflows") or None,
+                                 wait_seconds=data["wait_seconds"])
+        if run is None:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(RunDetailOutputSerializer(selectors.run_detail(run_id=run.id, user=request.user)).data)
 
 
 class RunDetailApi(APIView):

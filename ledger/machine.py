@@ -2,7 +2,9 @@
 
 A transition is ``(from_state, cause, to_state)``. The cause names what moved the run: an agent's
 event kind (``started``, ``succeeded``, …), a human action (``retried``, ``abandoned``), the
-decision (``decided``), or a sweep (``lease_expired``). ``RunWriter.transition`` refuses any
+decision (``decided``), the executor (``executor``), or a sweep (``lease_expired``, whose reason is
+``lease_expired`` or, for a queued run no agent leased, ``not_leased``). Leasing a queued run is a
+``leased`` event, not a transition. ``RunWriter.transition`` refuses any
 move that is not in ``TRANSITIONS``, so the table is the one home of the rule.
 """
 
@@ -20,6 +22,9 @@ EXPIRABLE_STATES = tuple(s for s in HOLDING_STATES if s not in (S.COMPENSATE,))
 ROLLBACK_STATES = (S.COMPLETED, S.FAILED, S.ESCALATED, S.ABANDONED, S.COMPENSATED)
 # States between stages that a goal change moves back to `restore` (SPEC §10.1).
 GOAL_CHANGE_STATES = (S.FRESH, S.RESUME, S.CHECKPOINTED, S.AWAITING_APPROVAL)
+
+# States the executor holds a run in (between the agent's proposal and the stage's verification).
+EXECUTOR_STATES = (S.FRESH, S.RESUME, S.CHECKPOINTED, S.AWAITING_APPROVAL, S.EXECUTE, S.VERIFY)
 
 TRANSITIONS: frozenset[tuple[str, str, str]] = frozenset({
     # trigger and decision
@@ -67,6 +72,12 @@ TRANSITIONS: frozenset[tuple[str, str, str]] = frozenset({
     (S.ESCALATED, "retried", S.RESTORE),
     (S.ESCALATED, "compensate", S.COMPENSATE),
     (S.ESCALATED, "abandoned", S.ABANDONED),
+    # the executor (SPEC §5.2): an agent's proposal on an approval stage waits for a human;
+    # the executor escalates when it cannot verify or is misconfigured
+    (S.FRESH, "proposed", S.AWAITING_APPROVAL),
+    (S.RESUME, "proposed", S.AWAITING_APPROVAL),
+    (S.CHECKPOINTED, "proposed", S.AWAITING_APPROVAL),
+    *((state, "executor", S.ESCALATED) for state in EXECUTOR_STATES),
     # the lease ran out: the agent died (or no agent leased a queued run)
     *((state, "lease_expired", S.FAILED) for state in EXPIRABLE_STATES),
 })

@@ -3,7 +3,7 @@ import uuid
 import pgtrigger
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import JSONField, Q, Value
 
 from stateboard.db import append_only_triggers as shared_append_only_triggers
 
@@ -66,6 +66,12 @@ class Workflow(models.Model):
     lease_seconds = models.PositiveIntegerField(default=600)
     approval_ttl_seconds = models.PositiveIntegerField(default=86400)
     schedule = models.CharField(max_length=100, blank=True, help_text="cron: minute hour day month weekday")
+    schedule_intent = models.CharField(max_length=500, blank=True, default="", db_default="",
+                                       help_text="intent of scheduled runs (default: slug)")
+    schedule_inputs = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
+    # {stage: {"handler": name, "config": {...}}}: effect stages Stateboard performs itself (SPEC §5.2).
+    executors = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
+    knowledge_scope = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="workflows"
     )
@@ -140,6 +146,14 @@ class Run(models.Model):
     retried_at = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_id = models.UUIDField(null=True, blank=True)
+    # Queued for an agent (SPEC §9.1): set while no agent holds the run, cleared by the lease.
+    queued_at = models.DateTimeField(null=True, blank=True)
+    queued_until = models.DateTimeField(null=True, blank=True)
+    # The reason code of the move to a terminal state (``not_leased`` runs never count as retries).
+    ended_reason = models.CharField(max_length=100, blank=True, default="", db_default="")
+    # While the executor holds an effect stage (SPEC §5.2): {stage, action, agent, lease_id, attempts, ...}.
+    executor_state = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
     event_count = models.PositiveIntegerField(default=0)
     last_hash = models.CharField(max_length=64, blank=True)
 
@@ -161,6 +175,7 @@ class Run(models.Model):
             # per-event lease renewal stays a HOT update.
             models.Index(fields=["state"], condition=Q(state__in=HOLDING_STATES), name="run_holding_state"),
             models.Index(fields=["-created_at"], name="run_created_desc"),
+            models.Index(fields=["queued_at"], condition=Q(queued_until__isnull=False), name="run_queued"),
         ]
 
     def __str__(self):
@@ -190,6 +205,7 @@ class EventKind(models.TextChoices):
     ABANDONED = "abandoned"
     EXPIRED = "expired"
     CORRECTED = "corrected"
+    LEASED = "leased"
 
 
 STAGE_OUTCOME_KINDS = frozenset({"started", "proposed", "succeeded", "failed", "skipped", "verified", "unknown"})
@@ -422,3 +438,28 @@ class Notification(models.Model):
 
     def __str__(self):
         return f"{self.user_id}: {self.subject}"
+class Outbox(models.Model):
+    """A task to send to the broker, written in the transaction that decided it (a transactional outbox).
+
+    Relayed on commit, best effort, and by a sweep for rows not yet sent, so a broker outage loses nothing.
+    """
+
+    task = models.CharField(max_length=200)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    dedupe_key = models.CharField(max_length=300, unique=True)
+    countdown = models.PositiveIntegerField(default=0)  # seconds the broker holds the task back
+    created_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+    # A relay claims a row for a moment before sending it outside any transaction; a relay that dies
+    # mid-send leaves a claim that lapses, and the row is sent again.
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["id"], condition=Q(sent_at__isnull=True), name="outbox_unsent")]
+
+    def __str__(self):
+        return f"{self.task} ({'sent' if self.sent_at else 'pending'})"

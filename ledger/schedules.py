@@ -1,6 +1,8 @@
-"""Celery beat entries: the TTL sweeps and one cron entry per scheduled workflow."""
+"""Celery beat entries: the sweeps and one cron entry per scheduled workflow; cron validation."""
 
 import json
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 
 SWEEPS = {
     "stateboard: expire leases": ("ledger.tasks.runs_expire_leases", 60),
@@ -9,7 +11,41 @@ SWEEPS = {
     "stateboard: knowledge tombstone gc": ("knowledge.tasks.tombstones_gc", 3600),
     "stateboard: stale claims": ("knowledge.tasks.claims_stale_sweep", 60),
     "stateboard: claim retention": ("knowledge.tasks.claims_retention_sweep", 60),
+    "stateboard: relay outbox": ("ledger.tasks.outbox_relay", 10),
+    "stateboard: executor attempts": ("ledger.tasks.executor_sweep", 60),
 }
+SLOT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def schedule_problem(expression: str) -> str | None:
+    """Why a 5-field UTC cron expression is refused, or None when it is valid and can fire."""
+    from celery.schedules import crontab
+    from croniter import CroniterBadDateError, croniter
+
+    fields = expression.split()
+    if len(fields) != 5:
+        return "Use a five-field cron expression: minute hour day-of-month month day-of-week."
+    if not croniter.is_valid(expression):
+        return f"{expression!r} is not a valid cron expression."
+    try:
+        minute, hour, day, month, weekday = fields
+        crontab(minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday)
+    except (ValueError, TypeError, IndexError) as exc:
+        return f"{expression!r} is not a valid cron expression ({exc})."
+    try:
+        croniter(expression, datetime(2000, 1, 1, tzinfo=dt_timezone.utc)).get_next(datetime)
+    except (CroniterBadDateError, ValueError):
+        return f"{expression!r} can never fire."
+    return None
+
+
+def tick_slot(expression: str, now: datetime) -> str:
+    """The scheduled time T of the tick due at ``now``: the latest cron time at or before ``now`` (UTC)."""
+    from croniter import croniter
+
+    now = now.astimezone(dt_timezone.utc).replace(microsecond=0)
+    slot = croniter(expression, now + timedelta(seconds=1)).get_prev(datetime)
+    return slot.astimezone(dt_timezone.utc).strftime(SLOT_FORMAT)
 
 
 def periodic_tasks_ensure() -> int:

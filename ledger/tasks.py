@@ -30,13 +30,36 @@ def checkpoints_prune() -> int:
 
 @shared_task(acks_late=True)
 def workflow_fire(workflow_slug: str, slot: str | None = None) -> str:
-    """A cron trigger; the trigger key is the schedule slot (the minute), so a double fire is one run."""
-    from datetime import datetime
-
+    """A schedule tick. ``slot`` is the tick's scheduled time T, computed by beat (``ledger.beat``) and
+    carried in the message: the worker never reads its own clock for it, so a late or repeated
+    delivery of one tick is still that tick's one run."""
     from ledger import services
 
-    slot = datetime.fromisoformat(slot) if slot else timezone.now().replace(second=0, microsecond=0)
-    run, _ = services.run_trigger(workflow_slug=workflow_slug, inputs={"slot": slot.isoformat()},
-                                  intent=f"{workflow_slug}:{slot.date().isoformat()}", trigger="schedule",
-                                  trigger_key=f"schedule:{slot.isoformat()}", actor="system")
-    return str(run.id)
+    if not slot:
+        raise ValueError("workflow_fire needs the tick's slot (sent by ledger.beat.TickScheduler)")
+    run = services.schedule_tick(workflow_slug=workflow_slug, slot=slot)
+    return str(run.id) if run else ""
+
+
+@shared_task(acks_late=True)
+def executor_run(run_id: str, stage: str) -> str:
+    """One executor pass over an effect stage (SPEC §5.2); a redelivered message is harmless."""
+    from ledger import services
+
+    return services.executor_run(run_id=run_id, stage=stage)
+
+
+@shared_task(acks_late=True)
+def executor_sweep() -> int:
+    """Re-enqueue executor attempts past their deadline; escalate stuck executor stages."""
+    from ledger import services
+
+    return services.executor_sweep(now=timezone.now())
+
+
+@shared_task(acks_late=True)
+def outbox_relay() -> int:
+    """Send outbox rows the on-commit relay could not (the broker was down)."""
+    from ledger import services
+
+    return services.outbox_relay()

@@ -6,6 +6,7 @@ urlpatterns = [
     path("workflows/", api.WorkflowListCreateApi.as_view(), name="workflow_list"),
     path("workflows/<slug:slug>/", api.WorkflowDetailApi.as_view(), name="workflow_detail"),
     path("runs/", api.RunListCreateApi.as_view(), name="run_list"),
+    path("runs/lease/", api.RunLeaseApi.as_view(), name="run_lease"),
     path("runs/<str:run_id>/", api.RunDetailApi.as_view(), name="run_detail"),
     path("runs/<str:run_id>/resume-packet/", api_resume.RunResumePacketApi.as_view(), name="run_resume_packet"),
     path("runs/<str:run_id>/events/", api.RunEventsApi.as_view(), name="run_events"),

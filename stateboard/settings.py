@@ -173,13 +173,25 @@ if CELERY_BROKER_URL == "filesystem://":
         "store_processed": False,
     }
 else:
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
-CELERY_TASK_ACKS_LATE = True
+    # An unacknowledged message (its worker was killed) is redelivered after this long; every task
+    # time limit, and every executor attempt's deadline, is below it.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300, "socket_connect_timeout": 2, "socket_timeout": 5}
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_TASK_ACKS_LATE = True  # a task is acknowledged when it finishes, so a crash redelivers it
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_TASK_SOFT_TIME_LIMIT = 200
+CELERY_TASK_TIME_LIMIT = 240
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "celery")
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SCHEDULER = "ledger.beat:TickScheduler"
+
+# Executor handlers (SPEC §5.2): name → dotted path of a ledger.executor.Handler.
+STATEBOARD_EXECUTORS = {
+    "webhook": "ledger.executor.webhook.WebhookHandler",
+    "record": "ledger.executor.record.RecordHandler",
+}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
 # E-mail for notifications (SPEC §5.3): sent only when EMAIL_HOST or EMAIL_BACKEND is set

@@ -13,7 +13,8 @@ from ledger.models import Approval, EventKind, LedgerEvent, Run
 from ledger.services.escalations import escalation_raise
 from ledger.services.notifications import approval_notify
 from ledger.services.oncall import run_abandon, run_retry
-from ledger.services.writer import (RunWriter, illegal, run_lock, stage_status, workflow_and_run_lock,
+from ledger.services.outbox import EXECUTOR_TASK, outbox_put
+from ledger.services.writer import (EXECUTOR, RunWriter, illegal, run_lock, stage_status, workflow_and_run_lock,
                                     workflow_spec)
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, Forbidden, Invalid, NotFound
@@ -22,12 +23,35 @@ from stateboard.errors import Conflict, Forbidden, Invalid, NotFound
 ACTION_FIELDS = ("system", "operation", "target", "summary")
 
 
-def action_validate(action) -> dict:
+def action_validate(action, *, params: bool = False) -> dict:
+    """The proposed action {system, operation, target, summary} (strings); an executor's also ``params?``."""
+    allowed = set(ACTION_FIELDS) | ({"params"} if params else set())
     if not isinstance(action, dict) or not all(isinstance(action.get(f), str) for f in ACTION_FIELDS) \
-            or set(action) - set(ACTION_FIELDS):
-        raise Invalid("invalid_action", "action must be an object {system, operation, target, summary} of strings.")
+            or set(action) - allowed or ("params" in action and not isinstance(action["params"], dict)):
+        fields = "{system, operation, target, summary" + (", params?}" if params else "}")
+        raise Invalid("invalid_action", f"action must be an object {fields} of strings"
+                                        + (" (params an object)." if params else "."))
     return action
 
+
+def high_impact_open(writer: RunWriter, *, stage: str, action: dict, cause: str, user=None,
+                     requested_by: str | None = None) -> Approval:
+    """Open a high-impact request on a locked run and move it to ``awaiting_approval`` (no lease expiry
+    while a human decides)."""
+    run, now = writer.run, writer.now
+    approval = Approval.objects.create(
+        kind=Approval.Kind.HIGH_IMPACT, run=run, stage=stage, action=action, action_digest=digest(action),
+        policy_version=run.workflow.policy_version, input_fingerprint=run.input_fingerprint,
+        requested_by=requested_by or writer.actor, requested_by_user=user, created_at=now,
+        deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
+    writer.emit(EventKind.APPROVAL_REQUESTED, stage,
+                data={"approval": str(approval.id), "kind": Approval.Kind.HIGH_IMPACT, "action": action})
+    if run.state != "awaiting_approval":
+        run.current_stage = stage
+        writer.transition("awaiting_approval", "approval_requested", cause=cause, approval=str(approval.id))
+    run.lease_expires_at = None
+    approval_notify(approval)  # editors, once per request
+    return approval
 
 
 def _approval_out(approval: Approval) -> dict:
@@ -59,19 +83,17 @@ def approval_request(*, run_id, kind: str, stage: str, action, actor: str, user=
                                 f"(run is {run.state!r}, next stage {expected!r}).")
     elif run.state not in ("compensate",):
         raise illegal(run, "A compensation is requested for a run in 'compensate'.")
-    approval = Approval.objects.create(
-        kind=kind, run=run, stage=stage, action=action, action_digest=digest(action),
-        policy_version=run.workflow.policy_version, input_fingerprint=run.input_fingerprint,
-        requested_by=actor, requested_by_user=user, created_at=now,
-        deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
-    writer.emit(EventKind.APPROVAL_REQUESTED, stage, data={"approval": str(approval.id), "kind": kind, "action": action})
-    approval_notify(approval)  # editors, once per request
     if kind == Approval.Kind.HIGH_IMPACT:
-        if run.state != "awaiting_approval":
-            run.current_stage = stage
-            writer.transition("awaiting_approval", "approval_requested", cause="approval_requested", approval=str(approval.id))
-        run.lease_expires_at = None  # no lease expiry while a human decides
+        approval = high_impact_open(writer, stage=stage, action=action, cause="approval_requested", user=user)
     else:
+        approval = Approval.objects.create(
+            kind=kind, run=run, stage=stage, action=action, action_digest=digest(action),
+            policy_version=run.workflow.policy_version, input_fingerprint=run.input_fingerprint,
+            requested_by=actor, requested_by_user=user, created_at=now,
+            deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
+        writer.emit(EventKind.APPROVAL_REQUESTED, stage, data={"approval": str(approval.id), "kind": kind,
+                                                               "action": action})
+        approval_notify(approval)
         writer.renew_lease()
     writer.flush()
     return approval, True
@@ -156,7 +178,13 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Ap
     writer = RunWriter(run, actor, now)
     writer.emit(EventKind.APPROVED if approve else EventKind.REJECTED, approval.stage, reason_code=verb,
                 data={"approval": str(approval.id), "kind": approval.kind, "role": role, "reason": reason})
-    if approve and run.state == "awaiting_approval":
+    executor_stage = run.lease_owner == EXECUTOR and (run.executor_state or {}).get("stage") == approval.stage
+    if approve and run.state == "awaiting_approval" and executor_stage:
+        # The executor performs the approved action: its task is sent once this commits (SPEC §5.2).
+        run.executor_state = {**run.executor_state, "since": now.isoformat()}
+        outbox_put(task=EXECUTOR_TASK, args=[str(run.id), approval.stage],
+                   dedupe_key=f"executor:{run.id}:{approval.stage}:approval:{approval.id}")
+    elif approve and run.state == "awaiting_approval":
         # The human has decided: the agent's lease runs again, so a dead agent is still noticed.
         run.lease_expires_at = now + timedelta(seconds=run.workflow.lease_seconds)
     if not approve:

@@ -13,8 +13,9 @@ from ledger.models import (STAGE_OUTCOME_KINDS, TERMINAL_STATES, Approval, Effec
                            EventKind, LedgerEvent, Run)
 from ledger.services.approvals import permit_find, permit_spend
 from ledger.services.checkpoints import server_checkpoint
-from ledger.services.writer import (RunWriter, effect_key_default, illegal, parse_moment, run_lock, stage_status,
-                                    workflow_spec)
+from ledger.services.handoff import executor_handoff
+from ledger.services.writer import (EXECUTOR, RunWriter, effect_key_default, illegal, lease_fail, lease_lapse,
+                                    parse_moment, run_lock, stage_status, workflow_spec)
 from stateboard.canonical import canonical_json, digest
 from stateboard.errors import Conflict, Invalid
 
@@ -286,7 +287,14 @@ def _on_verified(app: _Append, event: LedgerEvent) -> None:
 
 
 def _on_proposed(app: _Append, event: LedgerEvent) -> None:
-    _require_executing(app)
+    if app.stage not in (app.run.workflow.executors or {}):
+        _require_executing(app)
+        return
+    run = app.run
+    if run.state not in ("fresh", "resume", "checkpointed") or app.stage != app.next_stage():
+        raise illegal(run, f"{app.stage!r} can be proposed when it is the next stage "
+                            f"(run is {run.state!r}, next stage {app.next_stage()!r}).")
+    executor_handoff(app.writer, stage=app.stage, action=app.body.get("action"), proposal_seq=event.seq)
 
 
 def _on_corrected(app: _Append, event: LedgerEvent) -> None:
@@ -318,9 +326,47 @@ def _validate_event_body(run: Run, body: dict) -> tuple[str, str]:
     return kind, stage
 
 
-@transaction.atomic
 def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
-    """Append an agent's event; returns (event, created). A retried client_event_id returns the original."""
+    """Append an agent's event; returns (event, created). A retried client_event_id returns the original.
+
+    Checks run in this order: a repeated client_event_id, then the lease, then the transition. An event
+    from the holder after its lease ran out is refused with 409 ``lease_expired`` *after* the run's move
+    to ``failed`` has committed — the one write a refused request makes."""
+    with transaction.atomic():
+        result = _event_append(run_id=run_id, body=body, actor=actor)
+    if isinstance(result, Conflict):
+        raise result
+    return result
+
+
+def _lease_check(run: Run, body: dict, actor: str, now) -> Conflict | None:
+    """Only the lease holder appends (SPEC §9.1); returns the refusal to raise once the expiry is written."""
+    if run.state in TERMINAL_STATES:
+        return None
+    if actor == EXECUTOR or run.lease_owner == EXECUTOR:
+        if actor != run.lease_owner:
+            raise Conflict("lease_held", "The executor holds this run while it performs the stage.",
+                           holder=run.lease_owner)
+        return None
+    if not actor.startswith("agent:"):
+        return None
+    if run.queued_until is not None:
+        raise Conflict("not_leased", "This run is queued for an agent: lease it first (POST /api/v1/runs/lease/).")
+    if run.lease_owner and run.lease_owner != actor:
+        raise Conflict("lease_held", "Another agent holds this run's lease.", holder=run.lease_owner)
+    lease_id = body.get("lease_id")
+    if lease_id is not None and str(lease_id) != str(run.lease_id or ""):
+        raise Conflict("lease_held", "This event carries a lease that is not the run's current one.")
+    if run.lease_owner == actor and lease_lapse(run, now) == "lease_expired":
+        writer = RunWriter(run, "system", now)
+        lease_fail(writer)
+        writer.flush()
+        return Conflict("lease_expired", "Your lease on this run expired; the run has been moved to failed.",
+                        state=run.state)
+    return None
+
+
+def _event_append(*, run_id, body: dict, actor: str):
     client_event_id = body.get("client_event_id")
     if client_event_id is not None and (not isinstance(client_event_id, str) or not client_event_id
                                         or len(client_event_id) > 200):
@@ -333,10 +379,17 @@ def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
             return original, False
         raise Conflict("client_event_id_mismatch", "This client_event_id was used with a different body.",
                        seq=original.seq)
+    now = timezone.now()
+    refusal = _lease_check(run, body, actor, now)
+    if refusal is not None:
+        return refusal
     kind, stage = _validate_event_body(run, body)
     if run.state in TERMINAL_STATES and kind != "corrected":
         raise illegal(run, f"The run is {run.state!r}; it accepts no more stage events.")
-    now = timezone.now()
+    if stage in (run.workflow.executors or {}) and actor != EXECUTOR and kind not in ("proposed", "skipped",
+                                                                                       "corrected"):
+        raise Conflict("executor_stage", f"Stateboard's executor performs {stage!r}: post 'proposed' with the "
+                                         "action (or 'skipped'); the executor posts the rest.")
     writer = RunWriter(run, actor, now)
     app = _Append(writer, body, stage, kind)
     recorded = _PREPARE[kind](app) if kind in _PREPARE else {}  # e.g. the approval a start spends

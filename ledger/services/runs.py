@@ -6,12 +6,14 @@ import uuid
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from ledger import recovery, sql
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, Trigger, Workflow
 from ledger.services.escalations import escalation_raise
-from ledger.services.writer import RunWriter, input_fingerprint, lease_expired, run_lock, workflow_spec
+from ledger.services.writer import (RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock,
+                                    workflow_spec)
 from stateboard.canonical import canonical_json
 from stateboard.errors import Conflict, Invalid
 
@@ -41,10 +43,12 @@ def _checkpoint_info(cp: Checkpoint | None, previous: Checkpoint | None, now: da
 def _failed_runs_since_progress(*, workflow_id: int, intent: str, fingerprint: str,
                                 checkpoint: Checkpoint | None) -> int:
     """Runs of this intent and fingerprint that ended failed since the later of the latest checkpoint
-    and the latest on-call retry (one indexed read)."""
+    and the latest on-call retry (one indexed read). A queued run no agent leased never ran: it does
+    not count."""
     rows = sql.select_rows(Run, ["state", "ended_at", "retried_at"],
                            "workflow_id = %s AND intent = %s AND input_fingerprint = %s "
-                           "AND (state = 'failed' OR retried_at IS NOT NULL)", [workflow_id, intent, fingerprint])
+                           "AND ((state = 'failed' AND ended_reason <> 'not_leased') OR retried_at IS NOT NULL)",
+                           [workflow_id, intent, fingerprint])
     moments = [retried for _, _, retried in rows if retried is not None]
     if checkpoint is not None:
         moments.append(checkpoint.created_at)
@@ -104,7 +108,8 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
 
 
 def dead_leases_expire(*, workflow: Workflow, intent: str, now: datetime, exclude=None) -> list[Run]:
-    """Lock the intent's holding/escalated runs; move those whose lease expired to ``failed``."""
+    """Lock the intent's holding/escalated runs; move those whose lease expired (or that were queued
+    past their time) to ``failed``."""
     runs = list(Run.objects.select_for_update(of=("self",)).select_related("workflow")
                 .filter(workflow=workflow, intent=intent, state__in=(*HOLDING_STATES, "escalated"))
                 .exclude(id=exclude))
@@ -112,7 +117,7 @@ def dead_leases_expire(*, workflow: Workflow, intent: str, now: datetime, exclud
     for run in runs:
         if lease_expired(run, now):
             writer = RunWriter(run, "system", now)
-            writer.transition("failed", "lease_expired", cause="lease_expired", lease_owner=run.lease_owner)
+            lease_fail(writer)
             writer.flush()
         else:
             alive.append(run)
@@ -157,7 +162,7 @@ def decision_apply(writer: RunWriter, inp: recovery.RecoveryInput, context: dict
     writer.emit(EventKind.DECIDED, reason_code=decision.reason_code, data=run.decision)
     writer.transition(decision.outcome, decision.reason_code, cause="decided")
     if decision.outcome in ("fresh", "resume", "verify_only"):
-        writer.renew_lease()
+        writer.hand_out()
     return decision
 
 
@@ -174,9 +179,14 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
         raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")
     if trigger_key:
         existing = Run.objects.filter(workflow=workflow, trigger_key=trigger_key).first()
+        same = existing is not None and existing.intent == intent and \
+            canonical_json(existing.inputs) == canonical_json(inputs)
+        if same:
+            return existing, False
+        if trigger_key.startswith("schedule:") and trigger != Trigger.SCHEDULE:
+            raise Invalid("reserved_trigger_key", "Trigger keys beginning 'schedule:' belong to schedule ticks; "
+                                                  "only a duplicate of the tick's run is accepted.")
         if existing is not None:
-            if existing.intent == intent and canonical_json(existing.inputs) == canonical_json(inputs):
-                return existing, False
             raise Conflict("trigger_key_mismatch",
                            f"trigger_key {trigger_key!r} was already used with another intent or other inputs.",
                            run=str(existing.id))
@@ -207,18 +217,41 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
 
 
 def runs_expire_leases(*, now: datetime | None = None) -> int:
-    """Sweep: move runs whose executor went silent past the lease to ``failed``. Safe to run twice."""
+    """Sweep: move runs whose agent went silent past the lease, and queued runs no agent leased in
+    time (``not_leased``), to ``failed``. Safe to run twice."""
     now = now or timezone.now()
     expired = 0
-    candidates = (Run.objects.filter(state__in=LEASED_STATES, lease_expires_at__lte=now)
+    candidates = (Run.objects.filter(state__in=LEASED_STATES)
+                  .filter(Q(lease_expires_at__lte=now) | Q(queued_until__lte=now))
                   .values_list("id", flat=True)[:1000])
     for run_id in candidates:
         with transaction.atomic():
             run = run_lock(run_id)
             if lease_expired(run, now):
                 writer = RunWriter(run, "system", now)
-                writer.transition("failed", "lease_expired", cause="lease_expired", lease_owner=run.lease_owner)
+                lease_fail(writer)
                 writer.flush()
                 expired += 1
     return expired
 
+
+
+def schedule_tick(*, workflow_slug: str, slot: str) -> Run | None:
+    """The run of one schedule tick T (``YYYY-MM-DDTHH:MM:SSZ``, from beat): trigger key ``schedule:<T>``,
+    the workflow's ``schedule_intent`` and ``schedule_inputs`` merged under ``{"slot": T}``. A tick
+    delivered twice (two schedulers, a redelivery) is the same run."""
+    from ledger.schedules import SLOT_FORMAT
+
+    datetime.strptime(slot, SLOT_FORMAT)  # a malformed slot is a bug in the sender, never a run
+    workflow = Workflow.objects.filter(slug=workflow_slug).first()
+    if workflow is None:
+        return None
+    try:
+        run, _ = run_trigger(workflow_slug=workflow.slug, inputs={**(workflow.schedule_inputs or {}), "slot": slot},
+                             intent=workflow.schedule_intent or workflow.slug, trigger=Trigger.SCHEDULE,
+                             trigger_key=f"schedule:{slot}", actor="system")
+    except Conflict as exc:  # the tick already has its run (its inputs changed since)
+        if exc.code != "trigger_key_mismatch":
+            raise
+        run = Run.objects.get(workflow=workflow, trigger_key=f"schedule:{slot}")
+    return run

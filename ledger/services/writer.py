@@ -55,7 +55,11 @@ def event_compute_hash(event: LedgerEvent) -> str:
 # ---------------------------------------------------------------- the run writer
 
 RUN_MUTABLE_FIELDS = ("state", "current_stage", "stage_states", "event_count", "last_hash", "lease_owner",
-                      "lease_expires_at", "updated_at", "ended_at", "decision", "decided_at", "retried_at")
+                      "lease_expires_at", "updated_at", "ended_at", "decision", "decided_at", "retried_at",
+                      "lease_id", "queued_at", "queued_until", "ended_reason", "executor_state")
+# The lease owner while the executor performs an effect stage (SPEC §5.2).
+EXECUTOR = "system:executor"
+
 @dataclass
 class RunWriter:
     """Collects a locked run's new events and row changes; ``flush`` writes them at once."""
@@ -94,16 +98,48 @@ class RunWriter:
                           data={"from": run.state, "to": to, "cause": cause, **data}, actor=actor or self.actor)
         run.state = to
         if to in TERMINAL_STATES:
-            run.ended_at = self.now
-            run.lease_expires_at = None
+            run.ended_at, run.ended_reason = self.now, reason_code
+        if to in TERMINAL_STATES or to == "escalated":  # nobody holds a finished or escalated run
+            self.lease_clear()
         return event
 
+    def lease_clear(self) -> None:
+        run = self.run
+        run.lease_owner, run.lease_id, run.lease_expires_at = "", None, None
+        run.queued_at = run.queued_until = None
+        run.executor_state = {}
+
+    def lease_grant(self, owner: str) -> None:
+        """Lease the run to ``owner`` (an agent) for the workflow's lease_seconds, under a new lease id."""
+        run = self.run
+        run.lease_owner, run.lease_id = owner, uuid.uuid4()
+        run.lease_expires_at = self.now + timedelta(seconds=run.workflow.lease_seconds)
+        run.queued_at = run.queued_until = None
+
+    def queue(self) -> None:
+        """Queue the run for an agent (SPEC §9.1): nobody holds it until an agent leases it in time."""
+        run = self.run
+        run.lease_owner, run.lease_id, run.lease_expires_at = "", None, None
+        run.queued_at, run.queued_until = self.now, self.now + timedelta(seconds=run.workflow.lease_seconds)
+
+    def hand_out(self) -> None:
+        """A run decided fresh/resume/verify_only: leased at once to the agent that triggered it, else queued."""
+        if self.actor.startswith("agent:"):
+            self.lease_grant(self.actor)
+        else:
+            self.queue()
+
     def renew_lease(self) -> None:
-        """Every agent event renews the lease, except while a human decides a pending request."""
-        waiting_for_human = self.run.state == "awaiting_approval" and self.run.lease_expires_at is None
-        if self.run.state not in TERMINAL_STATES and not waiting_for_human:
-            self.run.lease_owner = self.actor
-            self.run.lease_expires_at = self.now + timedelta(seconds=self.run.workflow.lease_seconds)
+        """Every event of the holder renews its lease, except while a human decides a pending request
+        or the executor holds the run."""
+        run = self.run
+        waiting_for_human = run.state == "awaiting_approval" and run.lease_expires_at is None
+        if run.state in TERMINAL_STATES or waiting_for_human or run.lease_owner == EXECUTOR:
+            return
+        if run.lease_owner != self.actor or run.lease_id is None:
+            run.lease_owner, run.lease_id = self.actor, uuid.uuid4()
+        run.lease_expires_at = self.now + timedelta(seconds=run.workflow.lease_seconds)
+        run.queued_at = run.queued_until = None
 
     def flush(self, *, insert: bool = False) -> None:
         self.run.updated_at = self.now
@@ -198,8 +234,26 @@ def run_read(run_id) -> Run:
     return found[0]
 
 
+def lease_lapse(run: Run, now: datetime) -> str | None:
+    """``lease_expired`` (its holder went silent), ``not_leased`` (queued, no agent took it in time), or None."""
+    if run.state not in LEASED_STATES:
+        return None
+    if run.queued_until is not None and run.queued_until <= now:
+        return "not_leased"
+    if run.lease_expires_at is not None and run.lease_expires_at <= now:
+        return "lease_expired"
+    return None
+
+
 def lease_expired(run: Run, now: datetime) -> bool:
-    return run.state in LEASED_STATES and run.lease_expires_at is not None and run.lease_expires_at <= now
+    return lease_lapse(run, now) is not None
+
+
+def lease_fail(writer: RunWriter) -> None:
+    """Move a run whose lease lapsed to ``failed`` (a ``transition`` event by the system)."""
+    run = writer.run
+    reason = lease_lapse(run, writer.now)
+    writer.transition("failed", reason, cause="lease_expired", lease_owner=run.lease_owner)
 
 
 def workflow_and_run_lock(run_id) -> tuple[Workflow, Run]:

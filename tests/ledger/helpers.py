@@ -35,6 +35,12 @@ class AgentDriver:
         else:
             self.event(run_id, stage, "succeeded")
 
+    def lease(self, expect=200, **body):
+        """POST /runs/lease/ for this driver's workflow; the leased run's body (or None on 204)."""
+        response = self.client.post("/api/v1/runs/lease/", {"workflows": [self.workflow], **body}, format="json")
+        assert response.status_code == expect, (response.status_code, response.content)
+        return response.json() if response.status_code == 200 else None
+
     def run(self, run_id):
         return self.client.get(f"/api/v1/runs/{run_id}/").json()
 

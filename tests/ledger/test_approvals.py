@@ -140,7 +140,7 @@ def test_permit_input_change_voids_start():
 @pytest.mark.django_db
 def test_permit_deadline_passed_voids_start(monkeypatch):
     """An approved permit used after its deadline is void (409 approval_void, deadline_passed)."""
-    crew = Crew()
+    crew = Crew(approval_ttl_seconds=60)  # the deadline passes while the agent's lease (600 s) still runs
     run_id, approval = crew.approved()
     deadline = Approval.objects.get(id=approval["id"]).deadline
     later = deadline + timedelta(seconds=1)

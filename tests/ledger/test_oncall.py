@@ -83,7 +83,9 @@ def test_escalated_run_retry_returns_to_recovery():
     assert after[0] == ("transition", "restore") and ("decided", None) in after and after[-1] == ("transition", "fresh")
     escalation.refresh_from_db()
     assert escalation.status == "approved" and escalation.decided_by == f"user:{team.oncall.username}"
-    # The run is live again: the agent may start the first stage.
+    # The run is live again, queued for an agent: one leases it and starts the first stage.
+    assert body["queued"] is True and body["lease"] is None
+    assert team.agent.lease()["id"] == run_id
     team.agent.event(run_id, "build", "started")
     assert team.agent.run(run_id)["state"] == "execute"
 

@@ -20,16 +20,16 @@ def test_owner_creates_a_workflow_with_defaults():
     assert again.status_code == 409 and again.json()["code"] == "workflow_exists"
 
 
-@pytest.mark.parametrize("body", [
-    {"slug": "x", "stages": ["a", "a"]},
-    {"slug": "x", "stages": ["a", "b"], "effect_stages": ["c"]},
-    {"slug": "x", "schedule": "every day"},
-    {"slug": "bad slug!"},
+@pytest.mark.parametrize("body, code", [
+    ({"slug": "x", "stages": ["a", "a"]}, "validation_error"),
+    ({"slug": "x", "stages": ["a", "b"], "effect_stages": ["c"]}, "validation_error"),
+    ({"slug": "x", "schedule": "every day"}, "invalid_schedule"),
+    ({"slug": "bad slug!"}, "validation_error"),
 ])
-def test_invalid_workflows_are_refused(body):
+def test_invalid_workflows_are_refused(body, code):
     _, token = make_operator("owner")
     response = client_for(token).post("/api/v1/workflows/", body, format="json")
-    assert response.status_code == 422 and response.json()["code"] == "validation_error"
+    assert response.status_code == 422 and response.json()["code"] == code
     assert not Workflow.objects.filter(slug="x").exists()
 
 
@@ -120,20 +120,23 @@ def test_metrics_report_duplicates_and_unverified_completions_from_the_ledger():
     assert driver.client.get("/api/v1/metrics/", {"workflow": "nope"}).json()["runs"] == 0
 
 
-def test_workflow_schedule_becomes_a_beat_entry_and_a_double_fire_is_one_run():
-    """A cron schedule set through the API is installed for Celery beat; two fires in one slot make one run."""
+def test_workflow_schedule_becomes_a_beat_entry_and_a_double_fire_is_one_run(django_capture_on_commit_callbacks):
+    """A cron schedule set through the API is installed for Celery beat (after commit); two fires in one
+    slot make one run."""
     from django_celery_beat.models import PeriodicTask
 
     from ledger.tasks import workflow_fire
 
     _, token = make_operator("owner")
     owner = client_for(token)
-    assert owner.post("/api/v1/workflows/", {"slug": "nightly", "schedule": "0 3 * * *"},
-                      format="json").status_code == 201
+    with django_capture_on_commit_callbacks(execute=True):
+        assert owner.post("/api/v1/workflows/", {"slug": "nightly", "schedule": "0 3 * * *"},
+                          format="json").status_code == 201
     entry = PeriodicTask.objects.get(name="workflow: nightly")
     assert (entry.task, entry.crontab.hour, entry.args) == ("ledger.tasks.workflow_fire", "3", '["nightly"]')
-    slot = "2026-11-29T03:00:00+00:00"
+    slot = "2026-11-29T03:00:00Z"
     first, second = workflow_fire("nightly", slot), workflow_fire("nightly", slot)
-    assert first == second and workflow_fire("nightly", "2026-11-30T03:00:00+00:00") != first
-    owner.patch("/api/v1/workflows/nightly/", {"schedule": ""}, format="json")
+    assert first == second and workflow_fire("nightly", "2026-11-30T03:00:00Z") != first
+    with django_capture_on_commit_callbacks(execute=True):
+        owner.patch("/api/v1/workflows/nightly/", {"schedule": ""}, format="json")
     assert not PeriodicTask.objects.filter(name="workflow: nightly").exists()

@@ -50,23 +50,33 @@ class Command(BaseCommand):
         python = sys.executable
         bind = f"{host}:{port}"
         processes = {
+            # No control socket (gunicorn ≥ 25 opens one in the working directory by default).
             "web": [python, "-m", "gunicorn", "stateboard.wsgi", "--bind", bind, "--workers", "2",
-                    "--access-logfile", "-"],
+                    "--access-logfile", "-", "--no-control-socket"],
             "worker": [python, "-m", "celery", "-A", "stateboard", "worker", "--pool", "solo", "--loglevel", "INFO"],
             "beat": [python, "-m", "celery", "-A", "stateboard", "beat", "--loglevel", "INFO",
-                     "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
+                     "--scheduler", "ledger.beat:TickScheduler",
+                     "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
         }
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
-        children = {name: subprocess.Popen(cmd, env=env, cwd=settings.BASE_DIR) for name, cmd in processes.items()}
-        self.stdout.write(self.style.SUCCESS(f"Stateboard is up: http://{bind}/  (API docs: http://{bind}/api/v1/docs/)"))
+
+        def start(name):
+            return subprocess.Popen(processes[name], env=env, cwd=settings.BASE_DIR)
+
+        children = {name: start(name) for name in processes}
         try:
+            self._wait_healthy(bind, children["web"])
+            self.stdout.write(self.style.SUCCESS(f"Stateboard is up: http://{bind}/  (API docs: http://{bind}/api/v1/docs/)"))
             if check:
-                self._wait_healthy(bind)
                 return
-            while all(child.poll() is None for child in children.values()):
+            while children["web"].poll() is None:
                 time.sleep(1)
-            dead = [name for name, child in children.items() if child.poll() is not None]
-            self.stderr.write(f"Stopped because {', '.join(dead)} exited.")
+                for name in ("worker", "beat"):  # a dead worker or beat is restarted, not fatal
+                    code = children[name].poll()
+                    if code is not None:
+                        self.stderr.write(f"{name} exited with status {code}; restarting it.")
+                        children[name] = start(name)
+            self.stderr.write(f"Stopped because web exited with status {children['web'].returncode}.")
         except KeyboardInterrupt:
             self.stdout.write("Stopping…")
         finally:
@@ -79,15 +89,22 @@ class Command(BaseCommand):
                 except subprocess.TimeoutExpired:
                     child.kill()
 
-    def _wait_healthy(self, bind):
+    def _wait_healthy(self, bind, web):
+        """Return once the web server answers /healthz (200 or 503: it serves); fail if it dies first."""
+        import urllib.error
         import urllib.request
 
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
+            if web.poll() is not None:
+                raise SystemExit(f"The web server exited with status {web.returncode} before answering /healthz.")
             try:
                 with urllib.request.urlopen(f"http://{bind}/healthz", timeout=3) as response:
                     self.stdout.write(f"/healthz answered {response.status}: {response.read().decode()}")
                     return
+            except urllib.error.HTTPError as exc:  # 503: it serves, a dependency is down
+                self.stdout.write(f"/healthz answered {exc.code}: {exc.read().decode()}")
+                return
             except OSError:
                 time.sleep(1)
         raise SystemExit("The web server did not answer /healthz within 60 s.")

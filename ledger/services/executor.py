@@ -1,0 +1,249 @@
+"""Stateboard's executor performs an effect stage itself (SPEC §5.2), as a sequence of committed steps.
+
+An attempt claims the effect key with ``started`` (consuming the permit on an approval stage) and
+commits *before* the handler is called; the outcome is recorded afterwards, then verified. Each
+attempt has a deadline (the handler's timeout); a task that finds an attempt in flight within its
+deadline leaves it alone, one past it verifies and never executes again unless verification proved
+the effect absent. The bookkeeping lives in ``run.executor_state``: {stage, action, agent, lease_id,
+attempts, since, current: {n, phase, deadline, done}}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from ledger.executor import Handler, HandlerConfigError, Outcome, handler_for
+from ledger.machine import EXECUTOR_STATES
+from ledger.models import Approval, Effect, Run
+from ledger.services.approvals import high_impact_open, permit_find
+from ledger.services.escalations import escalation_raise
+from ledger.services.events import event_append
+from ledger.services.outbox import EXECUTOR_TASK, outbox_put
+from ledger.services.writer import EXECUTOR, RunWriter, run_lock
+from stateboard.errors import Conflict
+
+
+@dataclass
+class _Pass:
+    phase: str  # execute | verify
+    attempt: int
+    handler: Handler
+    handler_name: str
+    action: dict
+    key: str
+    reference: str
+    context: dict
+
+
+def _save_state(run: Run, state: dict) -> None:
+    Run.objects.filter(id=run.id).update(executor_state=state)
+
+
+def _escalate(run: Run, reason: str, now: datetime, **data) -> str:
+    writer = RunWriter(run, EXECUTOR, now)
+    writer.transition("escalated", reason, cause="executor", **data)
+    writer.flush()
+    escalation_raise(run, now=now)
+    return reason
+
+
+def _held(run_id, stage) -> Run | None:
+    run = run_lock(run_id)
+    if run.lease_owner != EXECUTOR or (run.executor_state or {}).get("stage") != stage:
+        return None
+    return run
+
+
+def _handler(run: Run, stage: str) -> tuple[str, Handler]:
+    spec = (run.workflow.executors or {}).get(stage) or {}
+    handler = handler_for(spec.get("handler", ""), spec.get("config") or {})
+    missing = handler.missing_secrets()
+    if missing:
+        raise HandlerConfigError(f"environment variable {missing[0]} is not set")
+    return spec["handler"], handler
+
+
+def _effect_key(run: Run, stage: str) -> str:
+    return (run.stage_states.get(stage) or {}).get("effect_key", "")
+
+
+def _begin(run_id, stage: str, now: datetime) -> _Pass | str:
+    """Decide this task's pass and commit its claim; a string says why there is nothing to do."""
+    with transaction.atomic():
+        run = _held(run_id, stage)
+        if run is None:
+            return "not_held"
+        state = dict(run.executor_state)
+        try:
+            name, handler = _handler(run, stage)
+        except HandlerConfigError as exc:
+            return _escalate(run, "executor_misconfigured", now, detail=str(exc)[:200])
+        current = state.get("current")
+        if current and not current.get("done"):
+            if now < parse_datetime(current["deadline"]):
+                return "attempt_in_flight"
+            if run.state == "execute":  # the attempt's worker died: its outcome was never observed
+                event_append(run_id=run.id, actor=EXECUTOR, body={
+                    "client_event_id": f"executor:{stage}:{current['n']}:lost", "stage": stage, "kind": "unknown",
+                    "reason_code": "attempt_deadline_passed", "data": {"attempt": current["n"]}})
+                run = run_lock(run.id)
+        if state.get("attempts", 0) >= run.workflow.max_retries:
+            return _escalate(run, "executor_unverifiable", now, attempts=state.get("attempts", 0))
+        attempt = state.get("attempts", 0) + 1
+        deadline = now + timedelta(seconds=handler.timeout_seconds)
+        if run.state in ("verify", "verify_only") and run.current_stage == stage:
+            phase = "verify"
+        elif run.state in ("fresh", "resume", "checkpointed", "awaiting_approval"):
+            phase = "execute"
+            if stage in run.workflow.approval_stages and run.state != "awaiting_approval":
+                try:  # executing again after `effect_absent`: only under a new permit
+                    permit_find(run=run, stage=stage, kind=Approval.Kind.HIGH_IMPACT, action=state["action"], now=now)
+                except Conflict:
+                    writer = RunWriter(run, EXECUTOR, now)
+                    high_impact_open(writer, stage=stage, action=state["action"], cause="approval_requested")
+                    writer.flush()
+                    return "approval_requested"
+            event_append(run_id=run.id, actor=EXECUTOR, body={
+                "client_event_id": f"executor:{stage}:{attempt}", "stage": stage, "kind": "started",
+                "action": state["action"], "data": {"attempt": attempt, "deadline": deadline.isoformat()}})
+            run = run_lock(run.id)
+        else:
+            return f"nothing_to_do_in_{run.state}"
+        state.update(attempts=attempt, current={"n": attempt, "phase": phase, "deadline": deadline.isoformat(),
+                                                 "done": False})
+        _save_state(run, state)
+        key = _effect_key(run, stage)
+        reference = Effect.objects.filter(idempotency_key=key).values_list("reference", flat=True).first() or ""
+    return _Pass(phase, attempt, handler, name, state["action"], key, reference,
+                 {"run": str(run.id), "workflow": run.workflow.slug, "intent": run.intent, "stage": stage})
+
+
+def _evidence(p: _Pass, stage: str, outcome: Outcome) -> list[dict]:
+    item = {"uri": f"executor:{p.handler_name}/{stage}", "observed_at": outcome.observed_at.isoformat()}
+    if outcome.body_digest:
+        item.update(digest=outcome.body_digest, excerpt=outcome.excerpt)
+    return [item]
+
+
+def _current(run_id, stage, attempt) -> tuple[Run, dict] | None:
+    """The locked run and its executor state if ``attempt`` is still the latest one in flight."""
+    run = _held(run_id, stage)
+    if run is None:
+        return None
+    state = dict(run.executor_state)
+    current = state.get("current") or {}
+    if current.get("n") != attempt or current.get("done"):
+        return None  # an outcome from an attempt that is not the latest is refused
+    return run, state
+
+
+def _post(run: Run, stage: str, attempt: int, kind: str, suffix: str, **fields) -> Run:
+    event_append(run_id=run.id, actor=EXECUTOR, body={
+        "client_event_id": f"executor:{stage}:{attempt}:{suffix}", "stage": stage, "kind": kind,
+        "data": {"attempt": attempt, **fields.pop("data", {})}, **fields})
+    return run_lock(run.id)
+
+
+def _record_execute(run_id, stage: str, p: _Pass, outcome: Outcome) -> bool:
+    """Record the handler's answer; True when the same attempt goes on to verify."""
+    now = timezone.now()
+    with transaction.atomic():
+        found = _current(run_id, stage, p.attempt)
+        if found is None:
+            return False
+        run, state = found
+        data = {"detail": outcome.detail}
+        if outcome.status == "succeeded":
+            run = _post(run, stage, p.attempt, "succeeded", "outcome", data=data,
+                        effect={"system": p.action["system"][:200], "operation": p.action["operation"][:200],
+                                "reference": outcome.reference[:1000]}, evidence=_evidence(p, stage, outcome))
+        elif outcome.status == "failed":
+            _post(run, stage, p.attempt, "failed", "outcome", reason_code="executor_failed", data=data,
+                  evidence=_evidence(p, stage, outcome))
+            return False  # the run failed (the effect definitely did not happen); the writer cleared the hold
+        else:
+            run = _post(run, stage, p.attempt, "unknown", "outcome", reason_code="effect_unknown", data=data)
+        deadline = timezone.now() + timedelta(seconds=p.handler.timeout_seconds)
+        state.update(since=now.isoformat(), current={**state["current"], "phase": "verify",
+                                                      "deadline": deadline.isoformat()})
+        _save_state(run, state)
+        p.reference = outcome.reference or p.reference
+    return True
+
+
+def _record_verify(run_id, stage: str, p: _Pass, outcome: Outcome) -> str:
+    now = timezone.now()
+    with transaction.atomic():
+        found = _current(run_id, stage, p.attempt)
+        if found is None:
+            return "stale"
+        run, state = found
+        state.update(since=now.isoformat(), current={**state["current"], "done": True})
+        if outcome.status == "verified":
+            run = _post(run, stage, p.attempt, "verified", "verified", evidence=_evidence(p, stage, outcome),
+                        effect={"system": p.action["system"][:200], "operation": p.action["operation"][:200],
+                                "reference": (outcome.reference or p.reference)[:1000]})
+            _release(run, state, now)
+            return "verified"
+        if outcome.status == "absent":
+            run = _post(run, stage, p.attempt, "failed", "absent", reason_code="effect_absent",
+                        evidence=_evidence(p, stage, outcome))
+        _save_state(run, state)
+        if state["attempts"] >= run.workflow.max_retries:
+            return _escalate(run, "executor_unverifiable", now, attempts=state["attempts"])
+        outbox_put(task=EXECUTOR_TASK, args=[str(run.id), stage],
+                   dedupe_key=f"executor:{run.id}:{stage}:after:{p.attempt}",
+                   countdown=0 if outcome.status == "absent" else min(2 ** p.attempt, 60))
+        return outcome.status
+
+
+def _release(run: Run, state: dict, now: datetime) -> None:
+    """The stage is done: the run is the agent's again, under its lease, which restarts now."""
+    changes = {"executor_state": {}}
+    if not run.is_terminal:
+        changes.update(lease_owner=state.get("agent", ""), lease_id=state.get("lease_id"),
+                       lease_expires_at=now + timedelta(seconds=run.workflow.lease_seconds))
+    Run.objects.filter(id=run.id).update(**changes)
+
+
+def executor_run(*, run_id, stage: str) -> str:
+    """One executor pass over ``stage`` of a run the executor holds; safe to repeat or redeliver."""
+    p = _begin(run_id, stage, timezone.now())
+    if isinstance(p, str):
+        return p
+    if p.phase == "execute":
+        outcome = p.handler.execute(p.action, p.key, p.context)
+        if not _record_execute(run_id, stage, p, outcome):
+            return outcome.status
+    return _record_verify(run_id, stage, p, p.handler.verify(p.action, p.key, p.reference))
+
+
+def executor_sweep(*, now: datetime | None = None) -> int:
+    """Every minute: re-enqueue attempts past their deadline (a killed worker's task is gone), and
+    escalate runs on which no executor task finished within ``lease_seconds``."""
+    now = now or timezone.now()
+    acted = 0
+    held = Run.objects.filter(lease_owner=EXECUTOR, state__in=EXECUTOR_STATES).select_related("workflow")
+    for run in held[:1000]:
+        state = run.executor_state or {}
+        stage, current = state.get("stage"), state.get("current") or {}
+        since = parse_datetime(state.get("since", "")) if state.get("since") else None
+        if run.state != "awaiting_approval" and since and now > since + timedelta(seconds=run.workflow.lease_seconds):
+            with transaction.atomic():
+                locked = _held(run.id, stage)
+                if locked is not None and locked.state != "awaiting_approval":
+                    _escalate(locked, "executor_unverifiable", now, attempts=state.get("attempts", 0),
+                              detail="no executor task finished within lease_seconds")
+                    acted += 1
+            continue
+        if current and not current.get("done") and now >= parse_datetime(current["deadline"]):
+            with transaction.atomic():
+                acted += outbox_put(task=EXECUTOR_TASK, args=[str(run.id), stage],
+                                    dedupe_key=f"executor:{run.id}:{stage}:sweep:{current['n']}:"
+                                               f"{now.strftime('%Y%m%d%H%M')}")
+    return acted

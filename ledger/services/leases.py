@@ -1,0 +1,64 @@
+"""Agents lease queued runs (SPEC §9.1): oldest queued first, never one past its time, never twice."""
+
+from __future__ import annotations
+
+import time
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ledger.models import HOLDING_STATES, EventKind, Run, Workflow
+from ledger.services.writer import RunWriter
+from stateboard.errors import Invalid
+
+POLL_FIRST, POLL_MAX = 0.05, 1.0  # long-poll backoff (seconds)
+
+
+def run_lease_once(*, actor: str, workflows: list[str] | None = None) -> Run | None:
+    """Lease the earliest-queued run of ``workflows`` (all when None) to ``actor``, or None.
+
+    ``FOR UPDATE SKIP LOCKED``: concurrent callers each lock a different queued row (or none), so no
+    two receive the same run and none waits behind another's lock."""
+    now = timezone.now()
+    with transaction.atomic():
+        queued = (Run.objects.select_for_update(skip_locked=True, of=("self",)).select_related("workflow")
+                  .filter(queued_until__gt=now, state__in=HOLDING_STATES).order_by("queued_at", "id"))
+        if workflows:
+            queued = queued.filter(workflow__slug__in=workflows)
+        run = queued.first()
+        if run is None:
+            return None
+        writer = RunWriter(run, actor, now)
+        writer.lease_grant(actor)
+        writer.emit(EventKind.LEASED, run.current_stage,
+                    data={"lease_id": str(run.lease_id), "expires_at": run.lease_expires_at.isoformat()})
+        writer.flush()
+    return run
+
+
+def run_lease(*, actor: str, workflows=None, wait_seconds: int = 0) -> Run | None:
+    """Lease a queued run, waiting up to ``wait_seconds`` for one (long-poll).
+
+    Between polls no transaction is open and the database connection is given back, so a hundred
+    waiting agents cost no connections (LISTEN/NOTIFY would need a dedicated connection per waiter)."""
+    if workflows is not None:
+        if not isinstance(workflows, list) or not all(isinstance(w, str) for w in workflows):
+            raise Invalid("validation_error", "workflows must be a list of workflow slugs.")
+        unknown = set(workflows) - set(Workflow.objects.filter(slug__in=workflows).values_list("slug", flat=True))
+        if unknown:
+            raise Invalid("unknown_workflow", f"No workflow with slug {sorted(unknown)[0]!r}.")
+    if isinstance(wait_seconds, bool) or not isinstance(wait_seconds, (int, float)) or not 0 <= wait_seconds <= 30:
+        raise Invalid("validation_error", "wait_seconds must be a number from 0 to 30.")
+    deadline = time.monotonic() + wait_seconds
+    pause = POLL_FIRST
+    while True:
+        run = run_lease_once(actor=actor, workflows=workflows or None)
+        if run is not None:
+            return run
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        if not connection.in_atomic_block:
+            connection.close()  # (the pool, when configured, takes it back)
+        time.sleep(min(pause, remaining))
+        pause = min(pause * 2, POLL_MAX)

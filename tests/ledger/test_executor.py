@@ -1,0 +1,115 @@
+"""Stateboard's executor (SPEC §5.2) against a real webhook receiver on 127.0.0.1 (tasks run eagerly)."""
+
+import hashlib
+import hmac
+import json
+
+import pytest
+
+from ledger.models import Approval, Effect, LedgerEvent, Run
+from tests.factories import client_for, make_agent, make_operator, make_workflow
+from tests.ledger.helpers import AgentDriver
+from tests.ledger.receiver import Receiver
+
+ACTION = {"system": "k8s", "operation": "deploy", "target": "prod/web", "summary": "roll out v2",
+          "params": {"image": "web:2"}}
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _setup(receiver, *, approval=False, max_retries=3, **config):
+    wf = make_workflow(stages=["build", "deploy"], effect_stages=["deploy"],
+                       approval_stages=["deploy"] if approval else [], max_retries=max_retries,
+                       executors={"deploy": {"handler": "webhook", "config": {"url": receiver.url, **config}}})
+    driver = AgentDriver(client_for(make_agent()[1]), wf.slug)
+    run = driver.trigger()
+    driver.pass_stage(run["id"], "build")
+    return wf, driver, run["id"]
+
+
+def test_executor_approved_action_is_performed_exactly_once(monkeypatch):
+    """Proposal → approval → the executor POSTs once (signed), verifies, completes; the agent cannot start it."""
+    monkeypatch.setenv("HOOK_SECRET", "s3cret")
+    with Receiver() as receiver:
+        wf, driver, run_id = _setup(receiver, approval=True, secret_env="HOOK_SECRET", timeout_seconds=5)
+        refused = driver.client.post(f"/api/v1/runs/{run_id}/events/",
+                                     {"client_event_id": "s", "stage": "deploy", "kind": "started"}, format="json")
+        assert refused.status_code == 409 and refused.json()["code"] == "executor_stage"
+        driver.event(run_id, "deploy", "proposed", action=ACTION)
+        run = driver.run(run_id)
+        assert run["state"] == "awaiting_approval" and run["lease"]["owner"] == "system:executor"
+        approval = Approval.objects.get(run_id=run_id, kind="high_impact")
+        assert approval.requested_by == driver.run(run_id)["triggered_by"]
+        editor = client_for(make_operator("editor")[1])
+        for _ in range(2):  # approving twice changes nothing
+            assert editor.post(f"/api/v1/approvals/{approval.id}/approve/", {}, format="json").status_code == 200
+        key = Effect.objects.get(run_id=run_id).idempotency_key
+        assert dict(receiver.posts) == {key: 1}
+        body = receiver.bodies[0]
+        assert body == {"idempotency_key": key, "run": run_id, "workflow": wf.slug, "intent": wf.slug,
+                        "stage": "deploy", "action": ACTION}
+        raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        expected = "sha256=" + hmac.new(b"s3cret", raw, hashlib.sha256).hexdigest()
+        assert receiver.headers[0]["X-Stateboard-Signature"] == expected
+        assert receiver.headers[0]["Idempotency-Key"] == key
+    run = Run.objects.get(id=run_id)
+    assert run.state == "completed" and Effect.objects.get(run_id=run_id).status == "verified"
+    verified = LedgerEvent.objects.get(run_id=run_id, kind="verified")
+    assert verified.actor == "system:executor" and verified.evidence[0]["uri"] == "executor:webhook/deploy"
+    started = LedgerEvent.objects.get(run_id=run_id, kind="started", stage="deploy")
+    assert started.data["attempt"] == 1 and started.data["approval"] == str(approval.id)
+
+
+def test_executor_absent_effect_is_executed_again():
+    """The receiver says the effect is absent: the stage runs again (attempt 2) and is then verified."""
+    with Receiver(mode="absent_once") as receiver:
+        _, driver, run_id = _setup(receiver, timeout_seconds=5)
+        driver.event(run_id, "deploy", "proposed", action=ACTION)
+        key = Effect.objects.get(run_id=run_id).idempotency_key
+        assert receiver.posts[key] == 2
+    attempts = list(LedgerEvent.objects.filter(run_id=run_id, kind="started", stage="deploy")
+                    .values_list("data__attempt", flat=True))
+    assert attempts == [1, 2]
+    assert LedgerEvent.objects.filter(run_id=run_id, kind="failed", reason_code="effect_absent").count() == 1
+    assert Run.objects.get(id=run_id).state == "completed"
+
+
+def test_executor_receiver_that_never_answers_escalates_after_max_retries():
+    """No answer to the POST nor to verification: unknown, never POSTed again, escalated executor_unverifiable."""
+    with Receiver(mode="hang") as receiver:
+        _, driver, run_id = _setup(receiver, max_retries=2, timeout_seconds=0.5)
+        driver.event(run_id, "deploy", "proposed", action=ACTION)
+        assert sum(receiver.posts.values()) == 1 and sum(receiver.gets.values()) == 2
+    run = Run.objects.get(id=run_id)
+    assert run.state == "escalated" and run.lease_owner == ""
+    last = LedgerEvent.objects.filter(run_id=run_id, kind="transition").order_by("-seq").first()
+    assert last.reason_code == "executor_unverifiable"
+    assert LedgerEvent.objects.filter(run_id=run_id, kind="unknown").count() == 1
+    assert Approval.objects.filter(run_id=run_id, kind="escalation", status="pending").exists()
+
+
+def test_executor_unset_secret_escalates_before_any_call(monkeypatch):
+    """A secret_env naming an unset variable: escalated / executor_misconfigured, the receiver never called."""
+    monkeypatch.delenv("UNSET_HOOK_SECRET", raising=False)
+    with Receiver() as receiver:
+        _, driver, run_id = _setup(receiver, secret_env="UNSET_HOOK_SECRET", timeout_seconds=5)
+        driver.event(run_id, "deploy", "proposed", action=ACTION)
+        assert not receiver.posts
+    run = Run.objects.get(id=run_id)
+    assert run.state == "escalated" and not Effect.objects.filter(run_id=run_id).exists()
+    assert LedgerEvent.objects.filter(run_id=run_id, reason_code="executor_misconfigured").exists()
+
+
+def test_executor_record_handler_hands_the_run_back_to_the_agent():
+    """After the executor finishes a stage the run is the agent's again, under its lease, which restarts."""
+    wf = make_workflow(stages=["build", "deploy", "verify"], effect_stages=["deploy"], approval_stages=[],
+                       executors={"deploy": {"handler": "record", "config": {}}})
+    driver = AgentDriver(client_for(make_agent("holder")[1]), wf.slug)
+    run = driver.trigger()
+    lease_id = run["lease"]["id"]
+    driver.pass_stage(run["id"], "build")
+    driver.event(run["id"], "deploy", "proposed", action={k: v for k, v in ACTION.items() if k != "params"})
+    after = driver.run(run["id"])
+    assert after["state"] == "checkpointed" and after["lease"]["owner"] == "agent:holder"
+    assert after["lease"]["id"] == lease_id
+    driver.pass_stage(run["id"], "verify")
+    assert driver.run(run["id"])["state"] == "completed"
