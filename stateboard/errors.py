@@ -47,6 +47,11 @@ class Forbidden(DomainError):
     status_code = 403
 
 
+class Refused(Forbidden):
+    """An authorizer's no: ``Refused(code, detail)`` (403). Raised by ``ledger/authorizers.py`` and
+    ``knowledge/authorizers.py``; ``stateboard.refusals`` records and answers it."""
+
+
 class ParseFailed(exceptions.ParseError):
     def __init__(self, code: str, detail: str):
         super().__init__(detail=detail, code=code)

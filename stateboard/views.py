@@ -60,13 +60,13 @@ def dashboard(request):
     from ledger import selectors
     from ledger.models import TERMINAL_STATES, RunState
 
-    summary = selectors.dashboard_summary(user=request.user)
+    summary = selectors.dashboard_summary()
     counts = summary["state_counts"]
     state_counts = [{"state": s, "n": counts.get(s, 0), "terminal": s in TERMINAL_STATES} for s in RunState.values]
     context = {
         **summary,
         "state_counts": state_counts,
         "total_runs": sum(counts.values()),
-        "pending_list": list(selectors.approvals_pending(user=request.user)[:10]),
+        "pending_list": list(selectors.approvals_pending()[:10]),
     }
     return render(request, "dashboard.html", context)
