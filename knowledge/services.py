@@ -17,6 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from knowledge import authorizers, gate
+from knowledge import selectors as knowledge_selectors
 from knowledge.models import (
     EFFECTIVE_STATUSES,
     TOMBSTONE_STATUSES,
@@ -29,6 +30,7 @@ from knowledge.models import (
     GateDecision,
     StoreCounter,
 )
+from ledger import selectors as ledger_selectors
 from stateboard.canonical import canonical_json
 from stateboard.errors import Conflict, Invalid, NotFound
 from stateboard.roles import OWNER, actor_for, has_role, is_agent, user_roles
@@ -112,8 +114,6 @@ def _user_kind(username: str) -> str | None:
 
 
 def _ledger_event_verified(event_id: int) -> bool:
-    from ledger import selectors as ledger_selectors
-
     return ledger_selectors.event_is_verified(event_id=event_id)
 
 
@@ -543,9 +543,8 @@ def knowledge_reconcile(*, user, entries: list, checkpoint=None, version_boundar
         decisions.append(_decision(action="restore", user=user, key=claim.key, result=result, now=now,
                                    claim=claim))
     GateDecision.objects.bulk_create(decisions)
-    from knowledge.selectors import store_version
-
-    return {"results": results, "counts": counts, "store_version": store_version(), "checkpoint": checkpoint}
+    return {"results": results, "counts": counts, "store_version": knowledge_selectors.store_version(),
+            "checkpoint": checkpoint}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -561,8 +560,6 @@ def tombstones_gc(*, now: datetime | None = None, limit: int = 1000) -> dict:
     remains with ``gc_*`` set, so the key is still known to have existed: reconcile keeps it
     deleted and version numbers are never reused.
     """
-    from ledger import selectors as ledger_selectors
-
     now = now or timezone.now()
     boundary = ledger_selectors.oldest_live_version_boundary(now=now)
     candidates = ClaimHead.objects.filter(current__status__in=TOMBSTONE_STATUSES,

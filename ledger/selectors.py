@@ -128,7 +128,7 @@ def prometheus_samples():
         ("stateboard_unverified_completions", "Runs completed with an unverified effect.", "gauge",
          [({}, m["unverified_completions"])]),
         ("stateboard_write_gate_rejection_rate", "Share of claim proposals the write gate rejected.", "gauge",
-         [({}, m.get("write_gate_rejection_rate", 0.0))]),
+         [({}, m.get("write_gate_rejection_rate"))]),
     ]
 
 

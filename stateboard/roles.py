@@ -1,7 +1,9 @@
-"""Who may do what: the one place that decides, used by the API and the pages alike.
+"""The role vocabulary: who holds which role, and the checks the authorizers are built from.
 
 Humans hold roles as Django groups; agents are users in the ``agent`` group with an
-``ledger.Agent`` profile. API views declare ``roles = {"POST": {AGENT, EDITOR}, "GET": ANY}``.
+``ledger.Agent`` profile. API views declare ``roles = {"POST": {AGENT, EDITOR}, "GET": ANY}``; a
+view whose action an authorizer decides (``ledger/authorizers.py``, ``knowledge/authorizers.py``)
+declares ``ANY`` and names it (``authorizer = may_retry``), and the authorizer refuses.
 """
 
 from rest_framework.permissions import BasePermission

@@ -45,6 +45,9 @@ def prometheus_metrics(request):
 
     lines = []
     for name, help_text, kind, samples in selectors.prometheus_samples():
+        samples = [(labels, value) for labels, value in samples if value is not None]  # no data: left out
+        if not samples:
+            continue
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
         for labels, value in samples:

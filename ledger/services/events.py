@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
+from knowledge import services as knowledge_services
 from ledger import recovery, sql
 from ledger.models import (STAGE_OUTCOME_KINDS, TERMINAL_STATES, UNVERIFIED_EFFECT_STATUSES, Approval, Effect,
                            EventKind, LedgerEvent, Run)
@@ -347,8 +348,6 @@ def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
     writer.flush()
     claim_uris = [e["uri"] for e in event.evidence if e.get("uri", "").startswith("claim:")]
     if claim_uris:
-        from knowledge import services as knowledge_services
-
         knowledge_services.claim_citations_record(event_id=event.id, run_id=run.id, actor=actor, at=now,
                                                   uris=claim_uris)
     return event, True
