@@ -255,3 +255,16 @@ def test_authorizers_matrix_refusals_are_audited_once_per_attempt(people):
     assert _post(client_for(token), f"/api/v1/runs/{made['run']}/retry/", {"reason": "r"}).status_code == 403
     entries = AuditEntry.objects.filter(run_id=made["run"], action="retry", outcome="refused")
     assert [(e.code, e.reason, e.actor) for e in entries] == [("permission_denied", "r", f"user:{user.username}")] * 2
+
+
+def test_authorizers_matrix_claim_refusals_are_audited_alike_on_page_and_api(people):
+    """Revoking someone else's claim: the page and the API refuse it with one code, each audited once."""
+    made = _claim(people, owner_role="owner")
+    user, token = people["editor"]
+    page = Client()
+    page.force_login(user)
+    assert page.post(reverse("knowledge:claim_revoke"), {"key": made["key"], "reason": "r"}, **HX).status_code == 403
+    api = _post(client_for(token), f"/api/v1/claims/{made['key']}/revoke/", {"reason": "r"})
+    assert api.status_code == 403 and api.json()["code"] == "not_claim_owner"
+    entries = AuditEntry.objects.filter(target=made["key"], action="claim_revoke", outcome="refused")
+    assert [e.code for e in entries] == ["not_claim_owner"] * 2
