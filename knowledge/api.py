@@ -8,10 +8,11 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from knowledge import selectors, services
+from knowledge import authorizers, selectors, services
 from knowledge.models import Claim
-from stateboard.errors import NotFound
-from stateboard.roles import AGENT, ANY, EDITOR, ONCALL, OWNER, VIEWER
+from stateboard.errors import NotFound, Refused
+from stateboard.refusals import refusals
+from stateboard.roles import AGENT, ANY, OWNER
 
 PAGE_SIZE, MAX_PAGE_SIZE = 100, 500
 
@@ -77,7 +78,8 @@ class ClaimListProposeApi(APIView):
     """GET: current claims by scope and key (facts and leads, never tombstones).
     POST: propose a claim through the write gate."""
 
-    roles = {"GET": ANY, "POST": {AGENT, OWNER}}
+    roles = {"GET": ANY, "POST": ANY}
+    authorizer = authorizers.may_propose
 
     class FilterSerializer(serializers.Serializer):
         system = serializers.CharField(required=False, allow_blank=True)
@@ -128,7 +130,9 @@ class ClaimListProposeApi(APIView):
         return Response({"results": results, "next": next_url, "store_version": selectors.store_version()})
 
     @extend_schema(request=ProposeInputSerializer, responses={201: ClaimOutput})
+    @refusals("claim_propose", audit=(Refused,))
     def post(self, request):
+        authorizers.may_propose(request.user)
         if not isinstance(request.data, dict):
             raise serializers.ValidationError({"non_field_errors": ["A claim proposal is a JSON object."]})
         claim = services.claim_propose(user=request.user, data=dict(request.data))
@@ -171,7 +175,8 @@ class ClaimDetailApi(APIView):
 class ClaimRefreshApi(APIView):
     """A new version of a live claim with new evidence and dates (through the write gate)."""
 
-    roles = {"POST": {OWNER, EDITOR}}
+    roles = {"POST": ANY}
+    authorizer = authorizers.may_refresh
 
     class ClaimRefreshInputSerializer(serializers.Serializer):
         observed_at = serializers.JSONField(required=False)
@@ -184,7 +189,9 @@ class ClaimRefreshApi(APIView):
         reason = serializers.CharField(required=False, allow_blank=True)
 
     @extend_schema(request=ClaimRefreshInputSerializer, responses=ClaimOutput)
+    @refusals("claim_refresh")
     def post(self, request, key: str):
+        authorizers.may_refresh(request.user, key)
         if not isinstance(request.data, dict):
             raise serializers.ValidationError({"non_field_errors": ["The refresh is a JSON object."]})
         claim = services.claim_refresh(user=request.user, key=key, data=dict(request.data))
@@ -195,15 +202,18 @@ class ClaimAcceptApi(APIView):
     """The pending version becomes active (a new version). Inferences: owner or editor;
     sensitive claims: owner; a revoked key: the claim's owner."""
 
-    roles = {"POST": {OWNER, EDITOR}}
+    roles = {"POST": ANY}
+    authorizer = authorizers.may_accept
 
     class ClaimAcceptInputSerializer(serializers.Serializer):
         version = serializers.IntegerField(required=False, min_value=1)
 
     @extend_schema(request=ClaimAcceptInputSerializer, responses=ClaimOutput)
+    @refusals("claim_accept")
     def post(self, request, key: str):
         data = self.ClaimAcceptInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        authorizers.may_accept(request.user, key, data.validated_data.get("version"))
         claim = services.claim_accept(user=request.user, key=key, version=data.validated_data.get("version"))
         return Response(_claim_data(claim))
 
@@ -215,11 +225,14 @@ class TombstoneInputSerializer(serializers.Serializer):
 class ClaimInvalidateApi(APIView):
     """Tombstone a claim (``reason`` required); claims derived from it are flagged for review."""
 
-    roles = {"POST": {OWNER, EDITOR}}
+    roles = {"POST": ANY}
+    authorizer = authorizers.may_invalidate
     InputSerializer = TombstoneInputSerializer
 
     @extend_schema(request=InputSerializer, responses=ClaimOutput)
+    @refusals("claim_invalidate")
     def post(self, request, key: str):
+        authorizers.may_invalidate(request.user, key)
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         claim = services.claim_invalidate(user=request.user, key=key, reason=data.validated_data.get("reason", ""))
@@ -229,12 +242,14 @@ class ClaimInvalidateApi(APIView):
 class ClaimRevokeApi(APIView):
     """Tombstone by the claim's owner alone (any owner-role user when it has none)."""
 
-    # People only; the service checks that the caller owns the claim.
-    roles = {"POST": {OWNER, EDITOR, ONCALL, VIEWER}}
+    roles = {"POST": ANY}
+    authorizer = authorizers.may_revoke
     InputSerializer = TombstoneInputSerializer
 
     @extend_schema(request=InputSerializer, responses=ClaimOutput)
+    @refusals("claim_revoke")
     def post(self, request, key: str):
+        authorizers.may_revoke(request.user, key)
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         claim = services.claim_revoke(user=request.user, key=key, reason=data.validated_data.get("reason", ""))

@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,11 @@ def _parse_time(value, name: str, reasons: _Reasons) -> datetime | None:
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         reasons.add(f"{name}_invalid", name, f"{name} needs a timezone (e.g. 2025-01-31T12:00:00Z).")
         return None
-    return parsed
+    try:
+        return parsed.astimezone(dt_timezone.utc)  # stored in UTC (PostgreSQL refuses offsets past ±15:59)
+    except OverflowError:
+        reasons.add(f"{name}_invalid", name, f"{name} is out of range once converted to UTC.")
+        return None
 
 
 def _check_key(key, policy: dict, reasons: _Reasons, name: str = "key") -> str | None:
@@ -139,7 +144,7 @@ def evaluate(proposal: Mapping[str, Any], ctx: GateContext, policy: dict | None 
     if not _present(source_type):
         reasons.add("source_type_missing", "source_type",
                     f"source_type is one of {', '.join(policy['source_types'])}.")
-    elif source_type not in policy["source_types"]:
+    elif not isinstance(source_type, str) or source_type not in policy["source_types"]:
         reasons.add("source_type_unknown", "source_type",
                     f"Unknown source_type; use one of {', '.join(policy['source_types'])}.")
     else:
@@ -214,7 +219,7 @@ def evaluate(proposal: Mapping[str, Any], ctx: GateContext, policy: dict | None 
     if not _present(confidence):
         reasons.add("confidence_missing", "confidence",
                     f"confidence is one of {', '.join(policy['confidence'])}.")
-    elif confidence not in policy["confidence"]:
+    elif not isinstance(confidence, str) or confidence not in policy["confidence"]:
         reasons.add("confidence_unknown", "confidence",
                     f"Unknown confidence; use one of {', '.join(policy['confidence'])}.")
     else:
@@ -260,7 +265,7 @@ def evaluate(proposal: Mapping[str, Any], ctx: GateContext, policy: dict | None 
     if sensitivity is None:
         sensitivity = sens_rules["default"]
     level = None
-    if sensitivity not in sens_rules["levels"]:
+    if not isinstance(sensitivity, str) or sensitivity not in sens_rules["levels"]:
         reasons.add("sensitivity_unknown", "sensitivity",
                     f"sensitivity is one of {', '.join(sens_rules['levels'])}.")
     else:

@@ -15,7 +15,8 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from knowledge import gate
+from knowledge import authorizers, gate
+from knowledge import selectors as knowledge_selectors
 from knowledge.models import (
     EFFECTIVE_STATUSES,
     TOMBSTONE_STATUSES,
@@ -28,9 +29,10 @@ from knowledge.models import (
     GateDecision,
     StoreCounter,
 )
+from ledger import selectors as ledger_selectors
 from stateboard.canonical import canonical_json
 from stateboard.db import guard_lifted
-from stateboard.errors import Conflict, Forbidden, Invalid, NotFound
+from stateboard.errors import Conflict, Invalid, NotFound
 from stateboard.roles import OWNER, actor_for, has_role, is_agent, user_roles
 
 # Fields of a retrieved claim that a snapshot may carry back; reconcile ignores them.
@@ -89,24 +91,6 @@ def _latest_version(key: str) -> Claim | None:
     return Claim.objects.filter(key=key).order_by("-version").first()
 
 
-def _claim_owner_id(head: ClaimHead) -> int | None:
-    """The claim's owner: of its current value, else of its latest version."""
-    if head.current_id is not None or head.gc_status:
-        return head.owner_id
-    latest = _latest_version(head.key)
-    return latest.owner_id if latest else None
-
-
-def _may_act_as_claim_owner(user, owner_id: int | None) -> bool:
-    """Revoking, and accepting a proposal for a revoked key: the claim's owner alone
-    (any user with the owner role when the claim has no owner). Never an agent."""
-    if user is None or is_agent(user):
-        return False
-    if owner_id is not None:
-        return user.pk == owner_id
-    return has_role(user, OWNER)
-
-
 def _is_revoked(head: ClaimHead | None) -> bool:
     if head is None:
         return False
@@ -130,8 +114,6 @@ def _user_kind(username: str) -> str | None:
 
 
 def _ledger_event_verified(event_id: int) -> bool:
-    from ledger import selectors as ledger_selectors
-
     return ledger_selectors.event_is_verified(event_id=event_id)
 
 
@@ -139,7 +121,7 @@ def _gate_context(*, user, now: datetime, head: ClaimHead | None) -> gate.GateCo
     def revoked_key_authority(key):
         if head is None or head.key != key or not _is_revoked(head):
             return None
-        return _may_act_as_claim_owner(user, _claim_owner_id(head))
+        return authorizers.acts_as_claim_owner(user, authorizers.claim_owner_id(head))
 
     return gate.GateContext(
         now=now,
@@ -325,6 +307,7 @@ def claim_propose(*, user, data: dict, now: datetime | None = None) -> Claim:
 
 @transaction.atomic
 def _claim_propose(*, user, data: dict, now: datetime) -> Claim:
+    authorizers.may_propose(user)
     key = data.get("key") if isinstance(data, dict) else None
     head = _head_for_update(key, now) if isinstance(key, str) and key else None
     result = gate.evaluate(data, _gate_context(user=user, now=now, head=head))
@@ -354,6 +337,7 @@ def claim_refresh(*, user, key: str, data: dict, now: datetime | None = None) ->
 
 @transaction.atomic
 def _claim_refresh(*, user, key: str, data: dict, now: datetime) -> Claim:
+    authorizers.may_refresh(user, key)
     head = _head_for_update(key, now)
     if head is None or head.latest_version == 0 and not head.gc_status:
         raise NotFound("claim_not_found", f"No claim with key {key!r}.")
@@ -382,13 +366,6 @@ def _claim_refresh(*, user, key: str, data: dict, now: datetime) -> Claim:
     return claim
 
 
-def _may_accept(user, reason: str, owner_id: int | None) -> bool:
-    reviewers = gate.reviewers_for(reason)
-    if reviewers is None:  # revoked key: the claim's owner
-        return _may_act_as_claim_owner(user, owner_id)
-    return not is_agent(user) and has_role(user, *reviewers)
-
-
 @transaction.atomic
 def claim_accept(*, user, key: str, version: int | None = None, now: datetime | None = None) -> Claim:
     """The pending version becomes active, as a new version with a new store_version."""
@@ -415,11 +392,7 @@ def claim_accept(*, user, key: str, version: int | None = None, now: datetime | 
                        f"Version {chosen.version} of {key!r} was proposed before the current value "
                        f"(version {head.current.version if head.current_id else '?'}); accepting it would put an older "
                        "value over a newer one. Propose it again.")
-    owner_id = _claim_owner_id(head) if head.current_id or head.gc_status else chosen.owner_id
-    refused = [r for r in chosen.pending_reasons if not _may_accept(user, r, owner_id)]
-    if refused:
-        raise Forbidden("not_allowed_to_accept", f"You may not accept this version: {', '.join(refused)}.",
-                        pending_reasons=chosen.pending_reasons, refused=refused)
+    authorizers.may_accept(user, chosen)
     return _append(
         head, status=ClaimStatus.ACTIVE, fields=_copy_content(chosen), actor=actor_for(user), now=now,
         provenance={"action": "accept", "of_version": chosen.version, "of_store_version": chosen.store_version,
@@ -438,10 +411,7 @@ def _tombstone(*, user, key: str, reason: str, status: str, now: datetime | None
     head = _head_for_update(key, now)
     if head is None or (head.latest_version == 0 and not head.gc_status):
         raise NotFound("claim_not_found", f"No claim with key {key!r}.")
-    owner_id = _claim_owner_id(head)
-    if status == ClaimStatus.REVOKED and not _may_act_as_claim_owner(user, owner_id):
-        raise Forbidden("not_claim_owner", "Only the claim's owner may revoke it "
-                        "(any user with the owner role when it has no owner).")
+    (authorizers.may_revoke if status == ClaimStatus.REVOKED else authorizers.may_invalidate)(user, head)
     current = head.current
     if head.gc_status and current is None:
         raise Conflict("claim_removed", f"{key!r} was deleted and its history garbage-collected.")
@@ -589,9 +559,8 @@ def knowledge_reconcile(*, user, entries: list, checkpoint=None, version_boundar
         decisions.append(_decision(action="restore", user=user, key=claim.key, result=result, now=now,
                                    claim=claim))
     GateDecision.objects.bulk_create(decisions)
-    from knowledge.selectors import store_version
-
-    return {"results": results, "counts": counts, "store_version": store_version(), "checkpoint": checkpoint}
+    return {"results": results, "counts": counts, "store_version": knowledge_selectors.store_version(),
+            "checkpoint": checkpoint}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -607,8 +576,6 @@ def tombstones_gc(*, now: datetime | None = None, limit: int = 1000) -> dict:
     remains with ``gc_*`` set, so the key is still known to have existed: reconcile keeps it
     deleted and version numbers are never reused.
     """
-    from ledger import selectors as ledger_selectors
-
     now = now or timezone.now()
     boundary = ledger_selectors.oldest_live_version_boundary(now=now)
     candidates = ClaimHead.objects.filter(current__status__in=TOMBSTONE_STATUSES,

@@ -1,60 +1,42 @@
 """HTML pages of the knowledge store: the review queues and a claim's history.
 
 Reads go through ``selectors``, writes through ``services`` (which hold the acceptance and
-ownership rules). Every action is a real POST that works without JavaScript (redirect + message);
+ownership rules, through ``knowledge/authorizers.py``). Every action is a real POST that works without JavaScript (redirect + message);
 with htmx it answers the re-rendered review sections, or the refusal as plain text with its
-status code (``app.js`` shows it). The page offers buttons by role; the view checks the role
-again and the service has the last word.
+status code (``app.js`` shows it). The page offers the buttons the authorizers allow; the view
+asks them again and the service has the last word; ``stateboard.refusals`` records a refusal.
 """
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse
+from django.http import Http404
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from knowledge import selectors, services
+from knowledge import authorizers, selectors, services
 from knowledge.forms import AcceptForm, RefreshForm, TombstoneForm
 from knowledge.models import ClaimReview
-from ledger import services as ledger_services
-from stateboard.errors import DomainError
-from stateboard.roles import EDITOR, OWNER, has_role, is_agent
+from stateboard.errors import Invalid
+from stateboard.refusals import refusals
+from stateboard.roles import allowed
 
 ROWS_PER_SECTION = 200
 
-# Who is offered (and, in the view, allowed) each action; the service then applies its own rules
-# (acceptance by pending reason, revocation by claim ownership).
-ACTION_ROLES = {
-    "accept": (OWNER, EDITOR),
-    "refresh": (OWNER, EDITOR),
-    "invalidate": (OWNER, EDITOR),
-    "revoke": (OWNER,),
+# Each action's authorizer (SPEC §4); the service calls it again under its lock.
+AUTHORIZERS = {
+    "accept": authorizers.may_accept,
+    "refresh": authorizers.may_refresh,
+    "invalidate": authorizers.may_invalidate,
+    "revoke": authorizers.may_revoke,
 }
 
 
-def _may(user, action: str) -> bool:
-    return not is_agent(user) and has_role(user, *ACTION_ROLES[action])
-
-
-def _refused(request, *, message: str, status: int, action: str, code: str, key: str = "",
-             reason: str = "") -> HttpResponse:
-    """Record a refused human action, then tell the user (text for htmx; a 403 page or a message otherwise)."""
-    back = reverse("knowledge:claim_review")
-    ledger_services.audit_record(user=request.user, action=f"claim_{action}", outcome="refused",
-                                 target=key[:200], code=code, reason=reason[:1000])
-    if request.htmx:
-        return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
-    if status == 403:
-        return render(request, "refused.html", {"message": message, "back": back}, status=403)
-    messages.error(request, message)
-    return redirect(back)
-
-
-def _form_error_text(form) -> str:
-    return " ".join(str(e) for errors in form.errors.values() for e in errors)
+def _form_checked(form):
+    if not form.is_valid():
+        raise Invalid("invalid_input", " ".join(str(e) for errors in form.errors.values() for e in errors))
+    return form
 
 
 # ---------------------------------------------------------------- pages
@@ -74,9 +56,14 @@ def _review_context(request) -> dict:
         for review in ClaimReview.objects.filter(key__in=list(by_key)).order_by("-source_store_version"):
             if review.source_store_version > current_sv[review.key]:
                 by_key[review.key].open_reviews.append(review)
+    for head in (*stale, *flagged):  # revoking is decided by the claim's ownership
+        head.may_revoke = allowed(authorizers.may_revoke, user, head)
     return {
         "pending": pending, "stale": stale, "flagged": flagged, "now": now,
-        "may": {action: _may(user, action) for action in ACTION_ROLES},
+        "may": {"accept": allowed(authorizers.may_accept, user, None),
+                "refresh": allowed(authorizers.may_refresh, user, None),
+                "invalidate": allowed(authorizers.may_invalidate, user, None),
+                "revoke": any(head.may_revoke for head in (*stale, *flagged))},
     }
 
 
@@ -105,23 +92,13 @@ def claim_history(request, key):
 # ---------------------------------------------------------------- actions
 
 def _claim_action(request, action: str, form_class, call):
-    """Validate, check the role, call one service; answer like the ledger pages do."""
-    form = form_class(request.POST)
-    key = (request.POST.get("key") or "")[:300]
-    reason = (request.POST.get("reason") or "")[:2000]
-    refuse = dict(action=action, key=key, reason=reason)
-    if not _may(request.user, action):
-        roles = "/".join(ACTION_ROLES[action])
-        return _refused(request, message=f"Only {roles} may {action} claims.", status=403,
-                        code="permission_denied", **refuse)
-    if not form.is_valid():
-        return _refused(request, message=_form_error_text(form), status=422, code="invalid_input", **refuse)
-    try:
-        claim = call(form)
-    except DomainError as exc:
-        details = [r.get("detail", "") for r in exc.extra.get("reasons", []) if isinstance(r, dict)]
-        message = " ".join([exc.detail, *(d for d in details if d)])
-        return _refused(request, message=message, status=exc.status_code, code=exc.code, **refuse)
+    """Check who may act, validate, call one service; answer like the ledger pages do."""
+    key, version = (request.POST.get("key") or "")[:300], request.POST.get("version") or ""
+    if action == "accept":
+        authorizers.may_accept(request.user, key, int(version) if version.isdigit() and len(version) < 10 else None)
+    else:
+        AUTHORIZERS[action](request.user, key)
+    claim = call(_form_checked(form_class(request.POST)))
     summary = f"{action.title()}: {claim.key} is now version {claim.version} ({claim.status})."
     if not request.htmx:
         messages.success(request, summary)
@@ -134,6 +111,7 @@ def _claim_action(request, action: str, form_class, call):
 
 @require_POST
 @login_required
+@refusals("claim_accept", back="knowledge:claim_review")
 def claim_accept(request):
     return _claim_action(request, "accept", AcceptForm, lambda form: services.claim_accept(
         user=request.user, key=form.cleaned_data["key"], version=form.cleaned_data.get("version")))
@@ -141,6 +119,7 @@ def claim_accept(request):
 
 @require_POST
 @login_required
+@refusals("claim_refresh", back="knowledge:claim_review")
 def claim_refresh(request):
     return _claim_action(request, "refresh", RefreshForm, lambda form: services.claim_refresh(
         user=request.user, key=form.cleaned_data["key"], data=form.refresh_data()))
@@ -148,6 +127,7 @@ def claim_refresh(request):
 
 @require_POST
 @login_required
+@refusals("claim_invalidate", back="knowledge:claim_review")
 def claim_invalidate(request):
     return _claim_action(request, "invalidate", TombstoneForm, lambda form: services.claim_invalidate(
         user=request.user, key=form.cleaned_data["key"], reason=form.cleaned_data["reason"]))
@@ -155,6 +135,7 @@ def claim_invalidate(request):
 
 @require_POST
 @login_required
+@refusals("claim_revoke", back="knowledge:claim_review")
 def claim_revoke(request):
     return _claim_action(request, "revoke", TombstoneForm, lambda form: services.claim_revoke(
         user=request.user, key=form.cleaned_data["key"], reason=form.cleaned_data["reason"]))

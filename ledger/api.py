@@ -1,26 +1,25 @@
 """The agent-facing REST API of the ledger (see shared/API.md). Views are thin: validate → service → serialize."""
 
-import uuid
-
 from datetime import timezone as dt_timezone
 
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import transaction
+from django.utils import timezone
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.exceptions import ParseError
 from rest_framework.generics import ListAPIView
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ledger import selectors, services
+from ledger import authorizers, selectors, services
+from ledger.filters import RunFilter, StrictFilterBackend
 from ledger.models import Approval, Effect, LedgerEvent, Run, Trigger, Workflow
-from stateboard.errors import DomainError, Invalid, NotFound
-from stateboard.roles import AGENT, ANY, EDITOR, ONCALL, OWNER, actor_for, has_role
+from stateboard.errors import Invalid, NotFound, Refused
+from stateboard.refusals import approval_subject, refusals
+from stateboard.roles import AGENT, ANY, OWNER, actor_for, has_role
 
-HUMANS_AND_AGENTS = frozenset({AGENT, EDITOR, OWNER, ONCALL})
+# Views of an action that an authorizer decides let every signed-in identity reach the method
+# (``roles = {"POST": ANY}``) and name the authorizer, which refuses with 403 and is audited.
 
 
 # ---------------------------------------------------------------- output shapes
@@ -158,55 +157,11 @@ def _validated(serializer_class, request):
 
 
 def _get_run(run_id) -> Run:
+    """The run of a ``<uuid:run_id>`` path (a malformed id never reaches the view: 404 ``not_found``)."""
     try:
         return selectors.run_list().get(id=run_id)
-    except (Run.DoesNotExist, ValueError, TypeError, DjangoValidationError):
+    except Run.DoesNotExist:
         raise NotFound("run_not_found", f"No run with id {run_id}.")
-
-
-class AuditedAction:
-    """Human actions: a refused attempt (role or rule) is recorded before the error is answered."""
-
-    audit_action = ""
-
-    @staticmethod
-    def audit_uuid(value):
-        """A path id as a UUID, or None when malformed (the refusal is still recorded, never a 500)."""
-        try:
-            return uuid.UUID(str(value)) if value else None
-        except (ValueError, TypeError, AttributeError):
-            return None
-
-    def audit_run_id(self, kwargs):
-        return self.audit_uuid(kwargs.get("run_id"))
-
-    def permission_denied(self, request, message=None, code=None):
-        if request.user and request.user.is_authenticated:
-            self._audit_refusal(request, "permission_denied")
-        super().permission_denied(request, message=message, code=code)
-
-    def _audit_refusal(self, request, code: str):
-        run_id = self.audit_run_id(self.kwargs)
-        try:
-            reason = request.data.get("reason", "") if isinstance(request.data, dict) else ""
-        except ParseError:  # a refused request with a malformed body is still a refusal
-            reason = ""
-        try:
-            with transaction.atomic():
-                services.audit_record(user=request.user, action=self.audit_action, outcome="refused",
-                                      run_id=run_id if run_id and Run.objects.filter(id=run_id).exists() else None,
-                                      target=str(self.kwargs.get("approval_id", self.kwargs.get("run_id", "")))[:200],
-                                      code=code,
-                                      reason=str(reason)[:1000])
-        except (ValueError, TypeError):
-            pass
-
-    def perform(self, request, fn):
-        try:
-            return fn()
-        except DomainError as exc:
-            self._audit_refusal(request, exc.code)
-            raise
 
 
 # ---------------------------------------------------------------- workflows
@@ -232,7 +187,8 @@ class WorkflowInputSerializer(serializers.Serializer):
 
 
 class WorkflowListCreateApi(APIView):
-    roles = {"GET": ANY, "POST": {OWNER}}
+    roles = {"GET": ANY, "POST": ANY}
+    authorizer = authorizers.may_edit_workflow
 
     @extend_schema(responses=WorkflowOutputSerializer(many=True))
     def get(self, request):
@@ -241,7 +197,9 @@ class WorkflowListCreateApi(APIView):
                          "next": None})
 
     @extend_schema(request=WorkflowInputSerializer, responses={201: WorkflowOutputSerializer})
+    @refusals("workflow_create", audit=(Refused,))
     def post(self, request):
+        authorizers.may_edit_workflow(request.user)
         data = _validated(WorkflowInputSerializer, request)
         workflow = services.workflow_create(user=request.user, data=data)
         return Response(WorkflowOutputSerializer(workflow, context={"request": request}).data,
@@ -254,7 +212,8 @@ class WorkflowPatchInputSerializer(WorkflowInputSerializer):
 
 
 class WorkflowDetailApi(APIView):
-    roles = {"GET": ANY, "PATCH": {OWNER}}
+    roles = {"GET": ANY, "PATCH": ANY}
+    authorizer = authorizers.may_edit_workflow
 
     @extend_schema(responses=WorkflowOutputSerializer)
     def get(self, request, slug):
@@ -264,7 +223,9 @@ class WorkflowDetailApi(APIView):
         return Response(WorkflowOutputSerializer(workflow, context={"request": request}).data)
 
     @extend_schema(request=WorkflowPatchInputSerializer, responses=WorkflowOutputSerializer)
+    @refusals("workflow_update", audit=(Refused,))
     def patch(self, request, slug):
+        authorizers.may_edit_workflow(request.user)
         if not Workflow.objects.filter(slug=slug).exists():
             raise NotFound("workflow_not_found", f"No workflow {slug!r}.")
         data = dict(_validated(WorkflowPatchInputSerializer, request))
@@ -275,39 +236,35 @@ class WorkflowDetailApi(APIView):
 
 # ---------------------------------------------------------------- runs
 
-class RunFilter(filters.FilterSet):
-    workflow = filters.CharFilter(field_name="workflow__slug")
-    state = filters.CharFilter()
-    intent = filters.CharFilter()
-    created_after = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
-
-    class Meta:
-        model = Run
-        fields = ["workflow", "state", "intent"]
-
-
 class RunTriggerInputSerializer(serializers.Serializer):
     workflow = serializers.CharField(max_length=100)
     intent = serializers.CharField(max_length=500, required=False, allow_blank=True)
     trigger = serializers.ChoiceField(choices=Trigger.values, required=False)
     trigger_key = serializers.CharField(max_length=500, required=False, allow_blank=True)
-    inputs = serializers.JSONField()
+    inputs = serializers.JSONField(help_text="a JSON object")
     env_fingerprint = serializers.CharField(max_length=500, required=False, allow_blank=True)
+
+    def validate_inputs(self, value):
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("inputs must be a JSON object.")
+        return value
 
 
 class RunListCreateApi(ListAPIView):
-    roles = {"GET": ANY, "POST": HUMANS_AND_AGENTS}
+    roles = {"GET": ANY, "POST": ANY}
+    authorizer = authorizers.may_trigger
     serializer_class = RunOutputSerializer
     pagination_class = NewestFirstCursor
-    filter_backends = [filters.DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_class = RunFilter
 
     def get_queryset(self):
-        return selectors.run_list(user=self.request.user)
+        return selectors.run_list()
 
     @extend_schema(request=RunTriggerInputSerializer, responses={201: RunOutputSerializer, 200: RunOutputSerializer})
+    @refusals("trigger", audit=(Refused,))
     def post(self, request):
+        authorizers.may_trigger(request.user)
         data = _validated(RunTriggerInputSerializer, request)
         trigger = data.get("trigger") or ("api" if has_role(request.user, AGENT) else "human")
         run, created = services.run_trigger(
@@ -345,14 +302,15 @@ class RunDetailApi(APIView):
     @extend_schema(responses=RunDetailOutputSerializer)
     def get(self, request, run_id):
         try:
-            run = selectors.run_detail(run_id=run_id, user=request.user)
-        except (Run.DoesNotExist, ValueError, TypeError, DjangoValidationError):
+            run = selectors.run_detail(run_id=run_id)
+        except Run.DoesNotExist:
             raise NotFound("run_not_found", f"No run with id {run_id}.")
         return Response(RunDetailOutputSerializer(run).data)
 
 
 class RunEventsApi(ListAPIView):
-    roles = {"GET": ANY, "POST": {AGENT}}
+    roles = {"GET": ANY, "POST": ANY}
+    authorizer = authorizers.may_append_event
     serializer_class = EventOutputSerializer
     pagination_class = SeqCursor
 
@@ -366,7 +324,9 @@ class RunEventsApi(ListAPIView):
         "data": serializers.JSONField(required=False), "idempotency_key": serializers.CharField(required=False),
         "action": serializers.JSONField(required=False)}),
         responses={201: EventOutputSerializer, 200: EventOutputSerializer})
+    @refusals("event_append", audit=(Refused,))
     def post(self, request, run_id):
+        authorizers.may_append_event(request.user, run_id)
         event, created = services.event_append(run_id=run_id, body=_body(request), actor=actor_for(request.user))
         return Response(event_body(event),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
@@ -383,8 +343,6 @@ class RunVerifyChainApi(APIView):
 
 
 def _checkpoint_body(checkpoint, now=None) -> dict:
-    from django.utils import timezone
-
     now = now or timezone.now()
     return {"id": checkpoint.id, "run": str(checkpoint.run_id), "workflow": checkpoint.workflow.slug,
             "intent": checkpoint.intent, "source": checkpoint.source, "created_at": checkpoint.created_at,
@@ -396,11 +354,14 @@ def _checkpoint_body(checkpoint, now=None) -> dict:
 
 
 class RunCheckpointCreateApi(APIView):
-    roles = {"POST": {AGENT}}
+    roles = {"POST": ANY}
+    authorizer = authorizers.may_save_checkpoint
 
     @extend_schema(request=inline_serializer("CheckpointInput", {"state_table": serializers.JSONField()}),
                    responses={201: OpenApiResponse(description="the saved checkpoint")})
+    @refusals("checkpoint_save", audit=(Refused,))
     def post(self, request, run_id):
+        authorizers.may_save_checkpoint(request.user, run_id)
         checkpoint = services.checkpoint_save(run_id=run_id, payload=_body(request), actor=actor_for(request.user))
         return Response(_checkpoint_body(checkpoint), status=status.HTTP_201_CREATED)
 
@@ -425,10 +386,13 @@ class ApprovalRequestInputSerializer(serializers.Serializer):
 
 
 class RunApprovalCreateApi(APIView):
-    roles = {"POST": {AGENT}}
+    roles = {"POST": ANY}
+    authorizer = authorizers.may_request_approval
 
     @extend_schema(request=ApprovalRequestInputSerializer, responses={201: ApprovalOutputSerializer})
+    @refusals("approval_request", audit=(Refused,))
     def post(self, request, run_id):
+        authorizers.may_request_approval(request.user, run_id)
         data = _validated(ApprovalRequestInputSerializer, request)
         approval, created = services.approval_request(run_id=run_id, kind=data["kind"], stage=data["stage"],
                                                       action=data["action"], actor=actor_for(request.user),
@@ -451,76 +415,97 @@ class ApprovalListApi(ListAPIView):
     roles = {"GET": ANY}
     serializer_class = ApprovalOutputSerializer
     pagination_class = NewestFirstCursor
-    filter_backends = [filters.DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_class = ApprovalFilter
 
     def get_queryset(self):
-        return selectors.approval_list(user=self.request.user)
+        return selectors.approval_list()
 
 
 class ReasonInputSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
-class _ApprovalDecisionApi(AuditedAction, APIView):
-    roles = {"POST": {EDITOR, ONCALL}}
+class _ApprovalDecisionApi(APIView):
+    roles = {"POST": ANY}
+    authorizer = authorizers.may_decide_approval
     approve = True
 
-    def audit_run_id(self, kwargs):
-        approval_id = self.audit_uuid(kwargs.get("approval_id"))
-        if approval_id is None:
-            return None
-        return Approval.objects.filter(id=approval_id).values_list("run_id", flat=True).first()
-
-    @extend_schema(request=ReasonInputSerializer, responses=ApprovalOutputSerializer)
-    def post(self, request, approval_id):
+    def _decide(self, request, approval_id):
+        try:
+            approval = selectors.approval_get(approval_id=approval_id)
+        except Approval.DoesNotExist:
+            raise NotFound("approval_not_found", f"No approval with id {approval_id}.")
+        authorizers.may_decide_approval(request.user, approval)
         reason = _validated(ReasonInputSerializer, request)["reason"]
-        approval = self.perform(request, lambda: services.approval_decide(
-            approval_id=approval_id, user=request.user, approve=self.approve, reason=reason))
-        approval = Approval.objects.select_related("run__workflow").get(id=approval.id)
-        return Response(ApprovalOutputSerializer(approval).data)
+        approval = services.approval_decide(approval_id=approval.id, user=request.user, approve=self.approve,
+                                            reason=reason)
+        return Response(ApprovalOutputSerializer(selectors.approval_get(approval_id=approval.id)).data)
 
 
 class ApprovalApproveApi(_ApprovalDecisionApi):
-    audit_action = "approve"
     approve = True
+
+    @extend_schema(request=ReasonInputSerializer, responses=ApprovalOutputSerializer)
+    @refusals("approve", subject=approval_subject)
+    def post(self, request, approval_id):
+        return self._decide(request, approval_id)
 
 
 class ApprovalRejectApi(_ApprovalDecisionApi):
-    audit_action = "reject"
     approve = False
 
+    @extend_schema(request=ReasonInputSerializer, responses=ApprovalOutputSerializer)
+    @refusals("reject", subject=approval_subject)
+    def post(self, request, approval_id):
+        return self._decide(request, approval_id)
 
-class _OncallActionApi(AuditedAction, APIView):
+
+class _OncallActionApi(APIView):
     """POST {reason} on an escalated run; answers the run (for retry: with its new decision)."""
 
-    roles = {"POST": {ONCALL}}
+    roles = {"POST": ANY}
 
     def act(self, run_id, user, reason) -> dict:
         raise NotImplementedError
 
-    @extend_schema(request=ReasonInputSerializer, responses=RunOutputSerializer)
-    def post(self, request, run_id):
+    def _act(self, request, run_id):
+        type(self).authorizer(request.user, _get_run(run_id))
         reason = _validated(ReasonInputSerializer, request)["reason"]
-        return Response(self.perform(request, lambda: self.act(run_id, request.user, reason)))
+        return Response(self.act(run_id, request.user, reason))
 
 
 class RunRetryApi(_OncallActionApi):
-    audit_action = "retry"
+    authorizer = authorizers.may_retry
+
+    @extend_schema(request=ReasonInputSerializer, responses=RunOutputSerializer)
+    @refusals("retry")
+    def post(self, request, run_id):
+        return self._act(request, run_id)
 
     def act(self, run_id, user, reason):
         return _run_body(services.run_retry(run_id=run_id, user=user, reason=reason))
 
 
 class RunAbandonApi(_OncallActionApi):
-    audit_action = "abandon"
+    authorizer = authorizers.may_abandon
+
+    @extend_schema(request=ReasonInputSerializer, responses=RunOutputSerializer)
+    @refusals("abandon")
+    def post(self, request, run_id):
+        return self._act(request, run_id)
 
     def act(self, run_id, user, reason):
         return _run_body(services.run_abandon(run_id=run_id, user=user, reason=reason))
 
 
 class RunCompensateApi(_OncallActionApi):
-    audit_action = "compensate"
+    authorizer = authorizers.may_compensate
+
+    @extend_schema(request=ReasonInputSerializer, responses=RunOutputSerializer)
+    @refusals("compensate")
+    def post(self, request, run_id):
+        return self._act(request, run_id)
 
     def act(self, run_id, user, reason):
         run, approval = services.run_compensate(run_id=run_id, user=user, reason=reason)
@@ -544,11 +529,11 @@ class EffectListApi(ListAPIView):
     roles = {"GET": ANY}
     serializer_class = EffectOutputSerializer
     pagination_class = NewestFirstCursor
-    filter_backends = [filters.DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_class = EffectFilter
 
     def get_queryset(self):
-        return selectors.effect_list(user=self.request.user)
+        return selectors.effect_list()
 
 
 class MetricsApi(APIView):

@@ -1,42 +1,8 @@
-"""Forms of the HTML pages: filters (GET) and the reasons of human decisions (POST)."""
+"""Forms of the HTML pages: the reasons of human decisions (POST). The run filters are ``ledger/filters.py``."""
 
 import uuid
 
 from django import forms
-
-from ledger.models import RunState
-from ledger.selectors import ONCALL_STATES
-
-
-class RunFilterForm(forms.Form):
-    """Runs page filters; every field optional, an invalid value is ignored rather than an error page."""
-
-    workflow = forms.ChoiceField(required=False)
-    state = forms.ChoiceField(required=False, choices=[("", "any state"), *RunState.choices])
-    intent = forms.CharField(required=False, max_length=500)
-    since = forms.DateTimeField(required=False, label="created since",
-                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-
-    def __init__(self, data=None, *, workflows=(), states=None, **kwargs):
-        super().__init__(data, **kwargs)
-        self.fields["workflow"].choices = [("", "any workflow"), *((w.slug, w.slug) for w in workflows)]
-        if states is not None:
-            self.fields["state"].choices = [("", "any state"), *((s, s) for s in states)]
-
-    def filters(self) -> dict:
-        """The valid filters as selector keyword arguments (call after ``is_valid``)."""
-        data = getattr(self, "cleaned_data", {})
-        return {
-            "workflow": data.get("workflow") or "",
-            "state": data.get("state") or "",
-            "intent": (data.get("intent") or "").strip(),
-            "since": data.get("since"),
-        }
-
-
-class OncallFilterForm(RunFilterForm):
-    def __init__(self, data=None, *, workflows=(), **kwargs):
-        super().__init__(data, workflows=workflows, states=ONCALL_STATES, **kwargs)
 
 
 class ReasonForm(forms.Form):

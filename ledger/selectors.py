@@ -1,8 +1,15 @@
-"""Reads of the ledger, shared by pages, the API and the knowledge app."""
+"""Reads of the ledger, shared by pages, the API and the knowledge app.
 
-from django.db.models import Min
+Every signed-in role reads every run, approval and effect, so these take no ``user``; where a
+contract scopes what a user sees (sensitive claims), the selector takes ``user=`` (knowledge).
+"""
 
-from ledger.models import Checkpoint, LedgerEvent
+from django.db.models import Count, Min, OuterRef, Prefetch, Subquery
+from django.utils import timezone
+
+from knowledge.selectors import knowledge_metrics
+from ledger.filters import OncallRunFilter, RunFilter
+from ledger.models import Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
 
 
 def event_is_verified(*, event_id: int) -> bool:
@@ -19,10 +26,8 @@ def oldest_live_version_boundary(*, now) -> int | None:
             .aggregate(m=Min("version_boundary"))["m"])
 
 
-def run_list(*, user=None):
-    """Runs visible to ``user`` (every signed-in role sees every run), newest first."""
-    from ledger.models import Run
-
+def run_list():
+    """Runs, newest first (every signed-in role sees every run)."""
     return Run.objects.select_related("workflow").order_by("-created_at", "-id")
 
 
@@ -30,12 +35,8 @@ def run_events(*, run):
     return LedgerEvent.objects.filter(run=run).order_by("seq")
 
 
-def run_detail(*, run_id, user=None):
-    from django.db.models import Prefetch
-
-    from ledger.models import Approval, Effect
-
-    return (run_list(user=user)
+def run_detail(*, run_id):
+    return (run_list()
             .prefetch_related(Prefetch("effects", queryset=Effect.objects.order_by("claimed_seq")),
                               Prefetch("approvals", queryset=Approval.objects.order_by("-created_at")))
             .get(id=run_id))
@@ -46,16 +47,12 @@ def checkpoint_latest(*, run):
     return Checkpoint.objects.filter(workflow_id=run.workflow_id, intent=run.intent).order_by("-id").first()
 
 
-def approval_list(*, user=None, status: str | None = None):
-    from ledger.models import Approval
-
+def approval_list(*, status: str | None = None):
     approvals = Approval.objects.select_related("run", "run__workflow").order_by("-created_at", "id")
     return approvals.filter(status=status) if status else approvals
 
 
-def effect_list(*, user=None):
-    from ledger.models import Effect
-
+def effect_list():
     return Effect.objects.select_related("workflow").order_by("-created_at", "id")
 
 
@@ -68,11 +65,6 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
     """SPEC §7, computed from the ledger and its projections."""
-    from django.db.models import Count
-    from django.utils import timezone
-
-    from ledger.models import Approval, Effect, Run
-
     now = now or timezone.now()
     runs = Run.objects.all()
     events = LedgerEvent.objects.all()
@@ -101,8 +93,6 @@ def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
     if workflow_slug:
         open_approvals = open_approvals.filter(run__workflow__slug=workflow_slug)
     ages = [(now - a).total_seconds() for a in open_approvals.values_list("created_at", flat=True)]
-    from knowledge.selectors import knowledge_metrics
-
     result = {
         "workflow": workflow_slug,
         "since": since.isoformat() if since else None,
@@ -124,10 +114,6 @@ def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
 
 
 def prometheus_samples():
-    from django.db.models import Count
-
-    from ledger.models import Approval, Effect, Run
-
     runs = [({"state": r["state"]}, r["n"]) for r in Run.objects.values("state").annotate(n=Count("id"))]
     effects = [({"status": r["status"]}, r["n"]) for r in Effect.objects.values("status").annotate(n=Count("id"))]
     m = metrics()
@@ -141,17 +127,13 @@ def prometheus_samples():
         ("stateboard_unverified_completions", "Runs completed with an unverified effect.", "gauge",
          [({}, m["unverified_completions"])]),
         ("stateboard_write_gate_rejection_rate", "Share of claim proposals the write gate rejected.", "gauge",
-         [({}, m.get("write_gate_rejection_rate", 0.0))]),
+         [({}, m.get("write_gate_rejection_rate"))]),
     ]
 
 
-def dashboard_summary(*, user=None) -> dict:
-    from django.db.models import Count
-
-    from ledger.models import Approval, Run
-
+def dashboard_summary() -> dict:
     return {
-        "recent_runs": list(run_list(user=user)[:20]),
+        "recent_runs": list(run_list()[:20]),
         "state_counts": dict(Run.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n")),
         "pending_approvals": Approval.objects.filter(status="pending").count(),
     }
@@ -162,62 +144,48 @@ def dashboard_summary(*, user=None) -> dict:
 ONCALL_STATES = ("escalated", "compensate", "failed")
 
 
-def runs_filtered(*, user=None, workflow: str = "", state: str = "", intent: str = "", since=None):
-    """``run_list`` narrowed by the runs page filters (workflow slug, state, intent substring, created since)."""
-    runs = run_list(user=user)
-    if workflow:
-        runs = runs.filter(workflow__slug=workflow)
-    if state:
-        runs = runs.filter(state=state)
-    if intent:
-        runs = runs.filter(intent__icontains=intent)
-    if since:
-        runs = runs.filter(created_at__gte=since)
-    return runs
+def runs_filtered(params) -> RunFilter:
+    """The runs page: ``run_list`` narrowed by the run filter (``.qs``; its ``.form`` for the page).
+    A value that does not parse is left out (the API refuses it instead)."""
+    return RunFilter(params, queryset=run_list())
 
 
-def oncall_runs(*, user=None, workflow: str = "", state: str = "", intent: str = "", since=None):
-    """Runs that need on-call attention: escalated, awaiting compensation, or failed.
+def oncall_runs(params=None) -> OncallRunFilter:
+    """Runs that need on-call attention (escalated, awaiting compensation, failed), by the run filter.
 
     ``last_reason`` is the reason code of the run's latest transition (why it is where it is),
     read in the same query.
     """
-    runs = runs_filtered(user=user, workflow=workflow, state=state, intent=intent, since=since)
-    return _with_last_reason(runs.filter(state__in=ONCALL_STATES))
+    runs = _with_last_reason(run_list().filter(state__in=ONCALL_STATES))
+    return OncallRunFilter(params if params is not None else {}, queryset=runs, states=ONCALL_STATES)
 
 
-def oncall_run(*, run_id, user=None):
+def oncall_run(*, run_id):
     """One run as an on-call row (whatever its state now, e.g. right after a retry)."""
-    return _with_last_reason(run_list(user=user)).get(id=run_id)
+    return _with_last_reason(run_list()).get(id=run_id)
 
 
 def _with_last_reason(runs):
-    from django.db.models import OuterRef, Subquery
-
     last_reason = (LedgerEvent.objects.filter(run=OuterRef("pk"), kind="transition")
                    .order_by("-seq").values("reason_code")[:1])
     return runs.annotate(last_reason=Subquery(last_reason))
 
 
-def workflow_list(*, user=None):
-    from ledger.models import Workflow
-
+def workflow_list():
     return Workflow.objects.order_by("slug")
 
 
-def approvals_pending(*, user=None):
+def approvals_pending():
     """Pending requests, oldest deadline first (what needs a decision soonest)."""
-    return approval_list(user=user, status="pending").order_by("deadline", "id")
+    return approval_list(status="pending").order_by("deadline", "id")
 
 
-def approval_get(*, approval_id, user=None):
-    return approval_list(user=user).get(id=approval_id)
+def approval_get(*, approval_id):
+    return approval_list().get(id=approval_id)
 
 
 def run_audit_entries(*, run):
     """Audited human actions on the run (refused attempts included), newest first."""
-    from ledger.models import AuditEntry
-
     return AuditEntry.objects.filter(run=run).order_by("-at", "-id")
 
 

@@ -10,43 +10,29 @@ import json
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpResponse, QueryDict
+from django.http import Http404, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from ledger import selectors, services
-from ledger.forms import BulkActionForm, OncallFilterForm, ReasonForm, RequiredReasonForm, RunFilterForm
+from ledger import authorizers, selectors, services
+from ledger.forms import BulkActionForm, ReasonForm, RequiredReasonForm
 from ledger.models import TERMINAL_STATES, Approval, Run
-from stateboard.errors import DomainError
-from stateboard.roles import EDITOR, ONCALL, has_role
+from stateboard.errors import DomainError, Invalid
+from stateboard.refusals import approval_subject, refusal_record, refusals
 
 RUNS_PER_PAGE = 50
 
 
 # ---------------------------------------------------------------- helpers
 
-def _refused(request, *, message: str, status: int, redirect_to: str, action: str, code: str,
-             run_id=None, target: str = "", reason: str = "") -> HttpResponse:
-    """Record a refused human action, then tell the user.
-
-    htmx: the message as text with its status (app.js shows it). Without JS: a message and a redirect
-    back, except a missing role, which is a 403 page (the page never offered that button).
-    """
-    services.audit_record(user=request.user, action=action, outcome="refused", run_id=run_id,
-                          target=target, code=code, reason=reason[:1000])
-    if request.htmx:
-        return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
-    if status == 403:
-        return render(request, "refused.html", {"message": message, "back": redirect_to}, status=403)
-    messages.error(request, message)
-    return redirect(redirect_to)
-
-
-def _form_error_text(form) -> str:
-    return " ".join(str(e) for errors in form.errors.values() for e in errors)
+def _form_checked(form):
+    """The bound form, valid, or the refusal (422) the wrapper records and shows."""
+    if not form.is_valid():
+        raise Invalid("invalid_input", " ".join(str(e) for errors in form.errors.values() for e in errors))
+    return form
 
 
 def _safe_next(request, default: str) -> str:
@@ -148,10 +134,9 @@ def state_machine(transitions: list[dict], current: str) -> dict:
 @login_required
 def run_list(request):
     """Runs with filters; htmx (filter changes and the 5 s poll) gets only the table."""
-    form = RunFilterForm(request.GET or None, workflows=selectors.workflow_list(user=request.user))
-    filters = form.filters() if form.is_valid() else {}
-    page = Paginator(selectors.runs_filtered(user=request.user, **filters), RUNS_PER_PAGE).get_page(
-        request.GET.get("page"))
+    run_filter = selectors.runs_filtered(request.GET)
+    form = run_filter.form
+    page = Paginator(run_filter.qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     context = {"form": form, "page": page, "runs": page.object_list, "query": query.urlencode()}
@@ -196,9 +181,9 @@ def run_detail(request, run_id):
     """Run page; the htmx poll (every 3 s, only while the run is not terminal) refreshes the event list."""
     try:
         if request.htmx:  # the poll needs only the run and its events
-            run = selectors.run_list(user=request.user).get(id=run_id)
+            run = selectors.run_list().get(id=run_id)
         else:
-            run = selectors.run_detail(run_id=run_id, user=request.user)
+            run = selectors.run_detail(run_id=run_id)
     except Run.DoesNotExist:
         raise Http404("No such run.")
     template = "ledger/run_detail.html#event-list" if request.htmx else "ledger/run_detail.html"
@@ -207,41 +192,26 @@ def run_detail(request, run_id):
 
 # ---------------------------------------------------------------- approvals
 
-def _approval_roles(approval: Approval) -> tuple[str, ...]:
-    return (ONCALL,) if approval.kind == Approval.Kind.ESCALATION else (EDITOR,)
-
-
 @require_GET
 @login_required
 def approval_list(request):
     """Pending requests; each row carries Approve / Reject for the roles that may decide it."""
-    approvals = list(selectors.approvals_pending(user=request.user)[:200])
+    approvals = list(selectors.approvals_pending()[:200])
     template = "ledger/approval_list.html#approval-table" if request.htmx else "ledger/approval_list.html"
     return render(request, template, {"approvals": approvals})
 
 
 def _approval_decide(request, approval_id, *, approve: bool):
-    verb = "approve" if approve else "reject"
     inbox = reverse("ledger:approval_list")
     try:
-        approval = selectors.approval_get(approval_id=approval_id, user=request.user)
+        approval = selectors.approval_get(approval_id=approval_id)
     except Approval.DoesNotExist:
         raise Http404("No such approval request.")
-    form = (ReasonForm if approve else RequiredReasonForm)(request.POST)
-    reason = (request.POST.get("reason") or "")[:2000]
-    refuse = dict(redirect_to=inbox, action=verb, run_id=approval.run_id, target=str(approval.id), reason=reason)
-    allowed = _approval_roles(approval)
-    if not has_role(request.user, *allowed):
-        return _refused(request, message=f"Only {'/'.join(allowed)} may {verb} {approval.get_kind_display()} "
-                                         "requests.", status=403, code="permission_denied", **refuse)
-    if not form.is_valid():
-        return _refused(request, message=_form_error_text(form), status=422, code="invalid_input", **refuse)
-    try:
-        approval = services.approval_decide(approval_id=approval.id, user=request.user, approve=approve,
-                                            reason=form.reason_text())
-    except DomainError as exc:
-        return _refused(request, message=exc.detail, status=exc.status_code, code=exc.code, **refuse)
-    approval = selectors.approval_get(approval_id=approval.id, user=request.user)
+    authorizers.may_decide_approval(request.user, approval)
+    form = _form_checked((ReasonForm if approve else RequiredReasonForm)(request.POST))
+    approval = services.approval_decide(approval_id=approval.id, user=request.user, approve=approve,
+                                        reason=form.reason_text())
+    approval = selectors.approval_get(approval_id=approval.id)
     if not request.htmx:
         messages.success(request, f"Request {approval.stage or approval.kind} of {approval.run.workflow.slug} "
                                   f"· {approval.run.intent} is {approval.status}.")
@@ -252,12 +222,14 @@ def _approval_decide(request, approval_id, *, approve: bool):
 
 @require_POST
 @login_required
+@refusals("approve", subject=approval_subject, back="ledger:approval_list")
 def approval_approve(request, approval_id):
     return _approval_decide(request, approval_id, approve=True)
 
 
 @require_POST
 @login_required
+@refusals("reject", subject=approval_subject, back="ledger:approval_list")
 def approval_reject(request, approval_id):
     return _approval_decide(request, approval_id, approve=False)
 
@@ -266,9 +238,9 @@ def approval_reject(request, approval_id):
 
 def _oncall_context(request, params) -> dict:
     """Page and fragments share this; ``params`` holds the filters (GET, or the bulk POST's copy of them)."""
-    form = OncallFilterForm(params or None, workflows=selectors.workflow_list(user=request.user))
-    filters = form.filters() if form.is_valid() else {}
-    runs = list(selectors.oncall_runs(user=request.user, **filters)[:200])
+    run_filter = selectors.oncall_runs(params)
+    form = run_filter.form
+    runs = list(run_filter.qs[:200])
     query = QueryDict(mutable=True)
     for name in form.fields:
         if params.get(name):
@@ -285,6 +257,14 @@ def oncall(request):
     return render(request, template, _oncall_context(request, request.GET))
 
 
+ONCALL_AUTHORIZERS = {"retry": authorizers.may_retry, "compensate": authorizers.may_compensate,
+                      "abandon": authorizers.may_abandon}
+
+
+def _oncall_back(request) -> str:
+    return _safe_next(request, reverse("ledger:oncall"))
+
+
 def _run_action(run_id, *, action: str, user, reason: str):
     if action == "retry":
         return services.run_retry(run_id=run_id, user=user, reason=reason)
@@ -294,24 +274,15 @@ def _run_action(run_id, *, action: str, user, reason: str):
 
 
 def _oncall_action(request, run_id, action: str):
-    back = _safe_next(request, reverse("ledger:oncall"))
+    back = _oncall_back(request)
     try:
-        run = selectors.run_list(user=request.user).get(id=run_id)
+        run = selectors.run_list().get(id=run_id)
     except Run.DoesNotExist:
         raise Http404("No such run.")
-    form = (RequiredReasonForm if action == "abandon" else ReasonForm)(request.POST)
-    reason = (request.POST.get("reason") or "")[:2000]
-    refuse = dict(redirect_to=back, action=action, run_id=run.id, target=str(run.id), reason=reason)
-    if not has_role(request.user, ONCALL):
-        return _refused(request, message="Only on-call may retry, compensate or abandon runs.", status=403,
-                        code="permission_denied", **refuse)
-    if not form.is_valid():
-        return _refused(request, message=_form_error_text(form), status=422, code="invalid_input", **refuse)
-    try:
-        _run_action(run.id, action=action, user=request.user, reason=form.reason_text())
-    except DomainError as exc:
-        return _refused(request, message=exc.detail, status=exc.status_code, code=exc.code, **refuse)
-    run = selectors.oncall_run(run_id=run.id, user=request.user)
+    ONCALL_AUTHORIZERS[action](request.user, run)
+    form = _form_checked((RequiredReasonForm if action == "abandon" else ReasonForm)(request.POST))
+    _run_action(run.id, action=action, user=request.user, reason=form.reason_text())
+    run = selectors.oncall_run(run_id=run.id)
     if not request.htmx:
         messages.success(request, f"{action.title()}: {run.workflow.slug} · {run.intent} is now {run.state}.")
         return redirect(back)
@@ -321,18 +292,21 @@ def _oncall_action(request, run_id, action: str):
 
 @require_POST
 @login_required
+@refusals("retry", back=_oncall_back)
 def run_retry(request, run_id):
     return _oncall_action(request, run_id, "retry")
 
 
 @require_POST
 @login_required
+@refusals("compensate", back=_oncall_back)
 def run_compensate(request, run_id):
     return _oncall_action(request, run_id, "compensate")
 
 
 @require_POST
 @login_required
+@refusals("abandon", back=_oncall_back)
 def run_abandon(request, run_id):
     return _oncall_action(request, run_id, "abandon")
 
@@ -341,19 +315,17 @@ def run_abandon(request, run_id):
 @login_required
 def oncall_bulk(request):
     """One POST for the selected runs of the filtered set; each run is decided on its own."""
-    back = _safe_next(request, reverse("ledger:oncall"))
-    form = BulkActionForm(request.POST)
     action = request.POST.get("action", "")[:40] or "bulk"
-    reason = (request.POST.get("reason") or "")[:2000]
-    if not has_role(request.user, ONCALL):
-        return _refused(request, message="Only on-call may retry, compensate or abandon runs.", status=403,
-                        action=f"bulk_{action}", code="permission_denied", redirect_to=back, reason=reason)
-    if not form.is_valid():
-        return _refused(request, message=_form_error_text(form), status=422, action=f"bulk_{action}",
-                        code="invalid_input", redirect_to=back, reason=reason)
+    return refusals(f"bulk_{action}", back=_oncall_back)(_oncall_bulk)(request, action)
+
+
+def _oncall_bulk(request, action: str):
+    back = _oncall_back(request)
+    ONCALL_AUTHORIZERS.get(action, authorizers.may_retry)(request.user, None)
+    form = _form_checked(BulkActionForm(request.POST))
     action, reason = form.cleaned_data["action"], (form.cleaned_data["reason"] or "").strip()
     wanted = form.cleaned_data["run"]
-    runs = {r.id: r for r in selectors.oncall_runs(user=request.user).filter(id__in=wanted)}
+    runs = {r.id: r for r in selectors.oncall_runs().qs.filter(id__in=wanted)}
     done, refused = [], []
     for run_id in wanted:
         run = runs.get(run_id)
@@ -364,8 +336,8 @@ def oncall_bulk(request):
             _run_action(run_id, action=action, user=request.user, reason=reason)
             done.append(run)
         except DomainError as exc:
-            services.audit_record(user=request.user, action=action, outcome="refused", run_id=run_id,
-                                  target=str(run_id), code=exc.code, reason=reason)
+            refusal_record(request.user, action=action, code=exc.code, run_id=run_id, target=str(run_id),
+                           reason=reason)
             refused.append((f"{run.workflow.slug} · {run.intent}", exc.detail))
     summary = f"{action.title()}: {len(done)} done, {len(refused)} refused."
     if not request.htmx:

@@ -5,6 +5,7 @@ import logging
 
 from django.conf import settings
 from django.http import JsonResponse
+from django.views.defaults import page_not_found, server_error
 from rest_framework import exceptions, status
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
@@ -45,6 +46,11 @@ class NotFound(DomainError):
 
 class Forbidden(DomainError):
     status_code = 403
+
+
+class Refused(Forbidden):
+    """An authorizer's no: ``Refused(code, detail)`` (403). Raised by ``ledger/authorizers.py`` and
+    ``knowledge/authorizers.py``; ``stateboard.refusals`` records and answers it."""
 
 
 class ParseFailed(exceptions.ParseError):
@@ -150,7 +156,7 @@ def api_exception_handler(exc, context):
         return Response(exc.as_dict(), status=exc.status_code)
     if isinstance(exc, ParseFailed):
         return Response({"code": exc.stable_code, "detail": str(exc.detail)}, status=400)
-    from rest_framework.views import exception_handler
+    from rest_framework.views import exception_handler  # late: DRF's settings import this module's users
 
     response = exception_handler(exc, context)
     if response is None:
@@ -180,14 +186,10 @@ def handler403(request, exception=None):
 def handler404(request, exception=None):
     if _wants_json(request):
         return error_response("not_found", f"No such URL: {request.path}", 404)
-    from django.views.defaults import page_not_found
-
     return page_not_found(request, exception)
 
 
 def handler500(request):
     if _wants_json(request):
         return error_response("server_error", "Internal server error; it has been logged.", 500)
-    from django.views.defaults import server_error
-
     return server_error(request)

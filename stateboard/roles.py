@@ -1,10 +1,14 @@
-"""Who may do what: the one place that decides, used by the API and the pages alike.
+"""The role vocabulary: who holds which role, and the checks the authorizers are built from.
 
 Humans hold roles as Django groups; agents are users in the ``agent`` group with an
-``ledger.Agent`` profile. API views declare ``roles = {"POST": {AGENT, EDITOR}, "GET": ANY}``.
+``ledger.Agent`` profile. API views declare ``roles = {"POST": {AGENT, EDITOR}, "GET": ANY}``; a
+view whose action an authorizer decides (``ledger/authorizers.py``, ``knowledge/authorizers.py``)
+declares ``ANY`` and names it (``authorizer = may_retry``), and the authorizer refuses.
 """
 
 from rest_framework.permissions import BasePermission
+
+from stateboard.errors import Refused
 
 AGENT, EDITOR, OWNER, ONCALL, VIEWER = "agent", "editor", "owner", "oncall", "viewer"
 HUMAN_ROLES = (EDITOR, OWNER, ONCALL, VIEWER)
@@ -53,6 +57,29 @@ def actor_for(user) -> str:
     if user is None:
         return "system"
     return f"{'agent' if is_agent(user) else 'user'}:{user.get_username()}"
+
+
+def require_role(user, *roles: str, detail: str = "") -> None:
+    """Refuse (403 ``permission_denied``) unless ``user`` holds one of ``roles``."""
+    if not has_role(user, *roles):
+        raise Refused("permission_denied", detail or f"Only {'/'.join(roles)} may do this.")
+
+
+def require_person(user, *roles: str, detail: str = "") -> None:
+    """Like ``require_role``, for decisions people make: an agent identity is refused even when it
+    also holds a human role (agents propose, people decide)."""
+    if is_agent(user):
+        raise Refused("permission_denied", detail or "Agents may not do this; a person decides.")
+    require_role(user, *roles, detail=detail)
+
+
+def allowed(check, *args) -> bool:
+    """Whether an authorizer lets this through (for showing only the buttons a user may use)."""
+    try:
+        check(*args)
+    except Refused:
+        return False
+    return True
 
 
 def acting_role(user, allowed: set[str] | frozenset[str]) -> str:

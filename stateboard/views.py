@@ -45,6 +45,9 @@ def prometheus_metrics(request):
 
     lines = []
     for name, help_text, kind, samples in selectors.prometheus_samples():
+        samples = [(labels, value) for labels, value in samples if value is not None]  # no data: left out
+        if not samples:
+            continue
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
         for labels, value in samples:
@@ -60,13 +63,13 @@ def dashboard(request):
     from ledger import selectors
     from ledger.models import TERMINAL_STATES, RunState
 
-    summary = selectors.dashboard_summary(user=request.user)
+    summary = selectors.dashboard_summary()
     counts = summary["state_counts"]
     state_counts = [{"state": s, "n": counts.get(s, 0), "terminal": s in TERMINAL_STATES} for s in RunState.values]
     context = {
         **summary,
         "state_counts": state_counts,
         "total_runs": sum(counts.values()),
-        "pending_list": list(selectors.approvals_pending(user=request.user)[:10]),
+        "pending_list": list(selectors.approvals_pending()[:10]),
     }
     return render(request, "dashboard.html", context)

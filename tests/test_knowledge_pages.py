@@ -152,7 +152,9 @@ def test_viewer_post_is_refused_server_side_and_audited(queues, name, data):
     htmx = viewer.post(reverse(name), {"key": key, **data}, **HX)
     assert htmx.status_code == 403 and htmx["Content-Type"].startswith("text/plain")
     assert current(key) == before and Claim.objects.filter(key=key).count() == 1
-    assert AuditEntry.objects.filter(target=key, outcome="refused", code="permission_denied").count() == 2
+    # Revoking is decided by the claim's ownership (SPEC §4): a viewer who does not own it is not its owner.
+    code = "not_claim_owner" if name == "knowledge:claim_revoke" else "permission_denied"
+    assert AuditEntry.objects.filter(target=key, outcome="refused", code=code).count() == 2
 
 
 def test_owner_accepts_a_pending_inference_through_the_page(queues):

@@ -145,8 +145,11 @@ def test_run_list_filters_by_workflow_state_and_intent(awaiting, escalated):
     assert "post-a" in by_workflow and "nightly" not in by_workflow
     by_state = texts(viewer.get(reverse("ledger:run_list"), {"state": "escalated"}, **HX))
     assert "nightly" in by_state and "post-a" not in by_state
-    by_intent = texts(viewer.get(reverse("ledger:run_list"), {"intent": "POST-B"}, **HX))
+    by_intent = texts(viewer.get(reverse("ledger:run_list"), {"intent": "post-b"}, **HX))
     assert "post-b" in by_intent and "post-a" not in by_intent
+    assert "0 runs" in texts(viewer.get(reverse("ledger:run_list"), {"intent": "POST-B"}, **HX))  # exact
+    by_search = texts(viewer.get(reverse("ledger:run_list"), {"q": "ST-B"}, **HX))  # q: intent substring
+    assert "post-b" in by_search and "post-a" not in by_search
     ignored = viewer.get(reverse("ledger:run_list"), {"state": "bogus"})
     assert ignored.status_code == 200 and "post-a" in texts(ignored)
 

@@ -1,6 +1,7 @@
 """Role × endpoint matrix, generated from the URL conf: every API view under /api/v1/ (ledger,
 knowledge and whatever comes next) must state a rule for every method it implements, and the
-rule must hold for real tokens of every role."""
+rule must hold for real tokens of every role. Views whose action an authorizer decides
+(``view.authorizer``) are checked role by role against it in tests/test_authorizers_matrix.py."""
 
 import uuid
 
@@ -19,6 +20,7 @@ ROLES = ("viewer", "editor", "owner", "oncall", "agent", "anonymous")
 # Views that deliberately sit outside RolePermission (the OpenAPI schema and its docs are public).
 PUBLIC_VIEWS = {"drf_spectacular.views.SpectacularAPIView", "drf_spectacular.views.SpectacularSwaggerView"}
 SKIPPED_METHODS = {"options", "head"}
+AUTHORIZER_CODES = {"permission_denied", "not_claim_owner", "not_allowed_to_accept", "requester_cannot_decide"}
 
 
 def _walk(patterns, prefix=""):
@@ -58,17 +60,21 @@ def role_endpoints():
     return cases
 
 
-def _param(name: str, objects: dict) -> str:
-    return objects.get(name) or f"missing-{name}"
+def _param(name: str, objects: dict, converter: str) -> str:
+    if name in objects:
+        return objects[name]
+    return str(uuid.uuid4()) if converter == "uuid" else f"missing-{name}"  # unknown, well-formed
 
 
-def _url(route: str, pattern: URLPattern, objects: dict) -> str:
+def _url(route: str, pattern: URLPattern, objects: dict, *, malformed: bool = False) -> str:
     url = "/" + route
     for name in pattern.pattern.converters:
         start = url.index("<")
         end = url.index(">", start)
-        assert url[start + 1:end].split(":")[-1] == name, (route, name)
-        url = url[:start] + _param(name, objects) + url[end + 1:]
+        converter, _, declared = url[start + 1:end].rpartition(":")
+        assert declared == name, (route, name)
+        value = "not-a-uuid" if malformed and converter == "uuid" else _param(name, objects, converter)
+        url = url[:start] + value + url[end + 1:]
     return url
 
 
@@ -97,8 +103,8 @@ def objects(clients):
 def test_roles_matrix_covers_every_api_route():
     """The generated matrix holds every non-public route of both apps, the known ledger ones included."""
     routes = {route for route, _, _ in role_endpoints()}
-    for expected in ("api/v1/runs/", "api/v1/approvals/<str:approval_id>/approve/",
-                     "api/v1/runs/<str:run_id>/retry/", "api/v1/workflows/<slug:slug>/"):
+    for expected in ("api/v1/runs/", "api/v1/approvals/<uuid:approval_id>/approve/",
+                     "api/v1/runs/<uuid:run_id>/retry/", "api/v1/workflows/<slug:slug>/"):
         assert expected in routes
     non_public = {route for route, _, cls in api_endpoints() if _qualname(cls) not in PUBLIC_VIEWS}
     assert routes == non_public
@@ -122,11 +128,13 @@ def test_roles_matrix_every_api_method_has_a_rule():
     assert not missing, "\n".join(missing)
 
 
-def _expected(rule, role: str) -> str:
+def _expected(rule, role: str, view_class) -> str:
     if rule == PUBLIC:
         return "allowed"
     if role == "anonymous":
         return "401"
+    if getattr(view_class, "authorizer", None) is not None:
+        return "authorizer"  # the role verdict is the authorizer's (tests/test_authorizers_matrix.py)
     return "allowed" if role in rule else "403"
 
 
@@ -143,16 +151,29 @@ def test_roles_matrix_endpoint_answers_by_role(route, method, view_class, client
         client = clients[role]
         call = getattr(client, method.lower())
         response = call(url, {}, format="json") if method in ("POST", "PUT", "PATCH") else call(url)
-        expected = _expected(rule, role)
+        expected = _expected(rule, role, view_class)
         outcomes[(url, role)] = (expected, response.status_code)
-        if expected == "allowed":
+        if expected == "authorizer":
+            assert response.status_code not in (401,) and response.status_code < 500, (method, url, role)
+            if response.status_code == 403:
+                assert response.json()["code"] in AUTHORIZER_CODES, response.content
+        elif expected == "allowed":
             assert response.status_code not in (401, 403), (method, url, role, response.content)
             assert response.status_code < 500, (method, url, role, response.content)
         else:
             assert response.status_code == int(expected), (method, url, role, response.content)
             assert response.json()["code"] in ("not_authenticated", "permission_denied"), response.content
     # At least one human or machine role may use every endpoint.
-    assert any(expected == "allowed" for expected, _ in outcomes.values()), outcomes
+    assert any(expected in ("allowed", "authorizer") for expected, _ in outcomes.values()), outcomes
+
+
+@pytest.mark.parametrize("route", sorted({r for r, p, _ in api_endpoints() if "<uuid:" in r}))
+def test_roles_matrix_malformed_uuid_is_json_404(route, clients):
+    """A malformed id in a ``<uuid:…>`` path never reaches a view: JSON 404 ``not_found``, for every role."""
+    url = _url(route, _pattern_for(route), {}, malformed=True)
+    for role in ("viewer", "oncall", "agent"):
+        response = clients[role].post(url, {}, format="json")
+        assert response.status_code == 404 and response.json()["code"] == "not_found", (url, role)
 
 
 @pytest.mark.parametrize("route", [r for r, _, cls in api_endpoints() if _qualname(cls) in PUBLIC_VIEWS])

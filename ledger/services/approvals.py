@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import recovery
+from ledger import authorizers, recovery
 from ledger.models import Approval, EventKind, LedgerEvent, Run
 from ledger.services.escalations import escalation_raise
 from ledger.services.notifications import approval_notify
@@ -17,7 +17,8 @@ from ledger.services.outbox import EXECUTOR_TASK, outbox_put
 from ledger.services.writer import (EXECUTOR, RunWriter, illegal, run_lock, stage_status, workflow_and_run_lock,
                                     workflow_spec)
 from stateboard.canonical import digest
-from stateboard.errors import Conflict, Forbidden, Invalid, NotFound
+from stateboard.errors import Conflict, Invalid, NotFound
+from stateboard.roles import acting_role, actor_for
 
 
 ACTION_FIELDS = ("system", "operation", "target", "summary")
@@ -136,12 +137,9 @@ def _decide_escalation(approval: Approval, *, approve: bool, user, reason: str) 
         run_abandon(run_id=approval.run_id, user=user, reason=reason)
 
 
-
 @transaction.atomic
 def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Approval:
     """Approve or reject once. Repeating the same decision changes nothing; a conflicting one is 409."""
-    from stateboard.roles import EDITOR, ONCALL, acting_role, actor_for, has_role, is_agent
-
     try:
         run_id = Approval.objects.values_list("run_id", flat=True).get(id=approval_id)
     except (Approval.DoesNotExist, ValueError, TypeError, DjangoValidationError):
@@ -149,20 +147,13 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Ap
     actor, verb = actor_for(user), ("approve" if approve else "reject")
     _, run = workflow_and_run_lock(run_id)
     approval = Approval.objects.select_for_update().get(id=approval_id)
-    allowed = {ONCALL} if approval.kind == Approval.Kind.ESCALATION else {EDITOR}
-    role = acting_role(user, allowed)
-
-    if is_agent(user):  # agents propose, people decide: an agent identity holding a human role too
-        raise Forbidden("permission_denied", "Agents never decide approvals.")
-    if not has_role(user, *allowed):
-        raise Forbidden("permission_denied", f"Only {'/'.join(sorted(allowed))} may decide {approval.kind} approvals.")
+    authorizers.may_decide_approval(user, approval)
+    role = acting_role(user, set(authorizers.deciding_roles(approval)))
     wanted = "approved" if approve else "rejected"
     if approval.status == wanted:
         return approval
     if approval.status != "pending":
         raise Conflict("approval_decided", f"This request is already {approval.status}.", status=approval.status)
-    if approval.requested_by_user_id is not None and approval.requested_by_user_id == user.id:
-        raise Forbidden("requester_cannot_decide", "The requester cannot decide their own request.")
     if not approve and not reason.strip():
         raise Invalid("reason_required", "A rejection needs a reason.")
     now = timezone.now()

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
+from knowledge import services as knowledge_services
 from ledger import effects, recovery, sql
 from ledger.models import (STAGE_OUTCOME_KINDS, TERMINAL_STATES, Approval, Effect,
                            EventKind, LedgerEvent, Run)
@@ -404,8 +405,6 @@ def _event_append(*, run_id, body: dict, actor: str):
     writer.flush()
     claim_uris = [e["uri"] for e in event.evidence if e.get("uri", "").startswith("claim:")]
     if claim_uris:
-        from knowledge import services as knowledge_services
-
         knowledge_services.claim_citations_record(event_id=event.id, run_id=run.id, actor=actor, at=now,
                                                   uris=claim_uris)
     return event, True

@@ -7,29 +7,28 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import effects
+from ledger import authorizers, effects
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, Run
 from ledger.services.escalations import escalation_close, escalation_raise
 from ledger.services.notifications import approval_notify
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
 from ledger.services.writer import RunWriter, illegal, run_lock, workflow_and_run_lock
 from stateboard.canonical import digest
-from stateboard.errors import Conflict, Forbidden, Invalid
+from stateboard.errors import Conflict, Invalid
+from stateboard.roles import acting_role, actor_for
 
 
-def _oncall(user) -> tuple[str, str]:
-    from stateboard.roles import ONCALL, acting_role, actor_for, has_role, is_agent
-
-    if is_agent(user) or not has_role(user, ONCALL):
-        raise Forbidden("permission_denied", "Only on-call may retry, compensate or abandon runs.")
-    return actor_for(user), acting_role(user, {ONCALL})
+def _oncall(user, run, may) -> tuple[str, str]:
+    """``may`` is the action's authorizer; answers the actor and the role they act in."""
+    may(user, run)
+    return actor_for(user), acting_role(user, set(authorizers.ONCALL_ROLES))
 
 
 @transaction.atomic
 def run_retry(*, run_id, user, reason: str = "") -> Run:
     """On-call retry of an escalated run: the retry budget starts afresh and the run is decided again."""
-    actor, role = _oncall(user)
     workflow, run = workflow_and_run_lock(run_id)
+    actor, role = _oncall(user, run, authorizers.may_retry)
     if run.state != "escalated":
         raise illegal(run, f"Only an escalated run can be retried (this one is {run.state!r}).")
     now = timezone.now()
@@ -53,7 +52,7 @@ def run_retry(*, run_id, user, reason: str = "") -> Run:
 @transaction.atomic
 def run_abandon(*, run_id, user, reason: str) -> Run:
     run = run_lock(run_id)
-    actor, role = _oncall(user)
+    actor, role = _oncall(user, run, authorizers.may_abandon)
     if not (reason or "").strip():
         raise Invalid("reason_required", "Abandoning a run needs a reason.")
     if run.state != "escalated":
@@ -89,8 +88,8 @@ def compensation_plan(run: Run) -> dict | None:
 @transaction.atomic
 def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | None]:
     """On-call proposes the compensation for approval; escalates when it cannot be done deterministically."""
-    actor, role = _oncall(user)
     _, run = workflow_and_run_lock(run_id)
+    actor, role = _oncall(user, run, authorizers.may_compensate)
     if run.state not in ("escalated", "compensate"):
         raise illegal(run, f"Only an escalated run (or one in 'compensate') can be compensated; this one is {run.state!r}.")
     holder = (Run.objects.filter(workflow_id=run.workflow_id, intent=run.intent, state__in=HOLDING_STATES)

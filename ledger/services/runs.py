@@ -9,6 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from knowledge.selectors import store_version as knowledge_store_version
 from ledger import recovery, sql
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, Trigger, Workflow
 from ledger.services.escalations import escalation_raise
@@ -85,8 +86,6 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
             existing_keys = frozenset(key for (key,) in sql.select_rows(
                 Effect, ["idempotency_key"], f"idempotency_key IN ({', '.join(['%s'] * len(keys))})", keys))
         if latest.version_boundary is not None:
-            from knowledge.selectors import store_version as knowledge_store_version
-
             store_version = knowledge_store_version()
     other_runs = [
         recovery.OtherRun(id=str(r.id), state=r.state, input_fingerprint=r.input_fingerprint,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from ledger import authorizers
 from ledger.models import Workflow
 from ledger.schedules import periodic_tasks_ensure, schedule_problem
 from ledger.services.audit import audit_record
@@ -95,6 +96,7 @@ def _after_commit_sync(schedule_changed: bool) -> None:
 @transaction.atomic
 def workflow_create(*, user, data: dict) -> Workflow:
     """A new workflow owned by ``user``; a slug taken (also by a concurrent create) is 409 ``workflow_exists``."""
+    authorizers.may_edit_workflow(user)
     slug = data.get("slug")
     workflow = Workflow(slug=slug, owner=user)
     if "stages" in data and "effect_stages" not in data:
@@ -120,6 +122,7 @@ def workflow_create(*, user, data: dict) -> Workflow:
 @transaction.atomic
 def workflow_update(*, user, slug: str, data: dict, reason: str = "") -> Workflow:
     """Change a workflow's definition; a policy bump is audited, a schedule change reaches beat."""
+    authorizers.may_edit_workflow(user)
     workflow = Workflow.objects.select_for_update(of=("self",)).select_related("owner").filter(slug=slug).first()
     if workflow is None:
         raise NotFound("workflow_not_found", f"No workflow {slug!r}.")

@@ -13,13 +13,12 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from ledger import machine, recovery, sql
 from ledger.models import LEASED_STATES, TERMINAL_STATES, Checkpoint, EventKind, LedgerEvent, Run, Workflow
 from stateboard.canonical import canonical_json, digest, sha256_hex
 from stateboard.errors import Conflict, NotFound
+from stateboard.moments import parse_moment  # noqa: F401  (re-exported by ledger.services)
 
 
 GENESIS_HASH = "0" * 64
@@ -206,17 +205,6 @@ def run_lock(run_id, *, client_event_id: str | None = None) -> Run:
     elif client_event_id is None:
         run.original_event_id = None
     return run
-
-
-def parse_moment(value) -> datetime | None:
-    """An aware ISO 8601 date-time, or None (also for well-formed but impossible dates like Feb 30)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = parse_datetime(value)
-    except ValueError:
-        return None
-    return moment if moment is not None and not timezone.is_naive(moment) else None
 
 
 def illegal(run: Run, detail: str):

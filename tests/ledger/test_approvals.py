@@ -382,19 +382,24 @@ def test_audit_refused_viewer_approval_recorded():
 
 
 @pytest.mark.django_db
-def test_audit_refusal_with_malformed_ids_recorded_without_error():
-    """Refusals on malformed approval/run ids answer 403/404 (never 500) and are still audited."""
+def test_audit_malformed_ids_are_json_404_and_unknown_ids_still_audited():
+    """A malformed id never reaches a view (404 ``not_found``, nothing to audit); a well-formed
+    unknown one is refused by the view and audited, never a 500."""
     crew = Crew()
-    viewer = crew.as_(crew.viewer_token).post("/api/v1/approvals/not-a-uuid/approve/", {}, format="json")
-    assert viewer.status_code == 403
-    oncall = crew.as_(crew.oncall_token).post("/api/v1/runs/not-a-uuid/retry/", {"reason": "x"}, format="json")
-    assert oncall.status_code == 404 and oncall.json()["code"] == "run_not_found"
+    for url in ("/api/v1/approvals/not-a-uuid/approve/", "/api/v1/runs/not-a-uuid/retry/"):
+        response = crew.as_(crew.oncall_token).post(url, {"reason": "x"}, format="json")
+        assert response.status_code == 404 and response.json()["code"] == "not_found"
+    assert not AuditEntry.objects.exists()
+    unknown = "00000000-0000-4000-8000-000000000000"
+    viewer = crew.as_(crew.viewer_token).post(f"/api/v1/runs/{unknown}/retry/", {}, format="json")
+    assert viewer.status_code == 404 and viewer.json()["code"] == "run_not_found"
+    approve = crew.as_(crew.oncall_token).post(f"/api/v1/approvals/{unknown}/approve/", {}, format="json")
+    assert approve.status_code == 404 and approve.json()["code"] == "approval_not_found"
     entries = {e.action: e for e in AuditEntry.objects.all()}
     assert set(entries) == {"approve", "retry"}
+    assert (entries["retry"].code, entries["retry"].target, entries["retry"].run_id) == ("run_not_found", unknown, None)
     assert (entries["approve"].code, entries["approve"].target, entries["approve"].run_id) == (
-        "permission_denied", "not-a-uuid", None)
-    assert (entries["retry"].code, entries["retry"].outcome, entries["retry"].run_id) == (
-        "run_not_found", "refused", None)
+        "approval_not_found", unknown, None)
 
 
 @pytest.mark.django_db

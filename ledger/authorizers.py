@@ -1,0 +1,64 @@
+"""Who may do what to which ledger object: one function per action, raising ``Refused(code, detail)``.
+
+The pages (``ledger/views.py``), the API (``ledger/api.py``) and the services call these; a
+service calls its check again under its lock and has the last word. ``stateboard.refusals``
+records a refusal in the audit trail and answers it. The role vocabulary is ``stateboard.roles``.
+"""
+
+from ledger.models import Approval
+from stateboard.errors import Refused
+from stateboard.roles import AGENT, EDITOR, ONCALL, OWNER, require_person, require_role
+
+ONCALL_ROLES = (ONCALL,)
+TRIGGER_ROLES = (AGENT, EDITOR, OWNER, ONCALL)
+
+
+def deciding_roles(approval: Approval) -> tuple[str, ...]:
+    """Escalations are decided by on-call, every other request by an editor."""
+    return (ONCALL,) if approval.kind == Approval.Kind.ESCALATION else (EDITOR,)
+
+
+def may_decide_approval(user, approval: Approval) -> None:
+    """Approve or reject: a person in the deciding role who did not make the request."""
+    roles = deciding_roles(approval)
+    require_person(user, *roles, detail=f"Only {'/'.join(roles)} may approve or reject "
+                                        f"{approval.get_kind_display()} requests (agents never decide).")
+    if approval.requested_by_user_id is not None and approval.requested_by_user_id == user.pk:
+        raise Refused("requester_cannot_decide", "The requester cannot decide their own request.")
+
+
+def _oncall(user) -> None:
+    require_person(user, *ONCALL_ROLES, detail="Only on-call may retry, compensate or abandon runs.")
+
+
+def may_retry(user, run) -> None:
+    _oncall(user)
+
+
+def may_compensate(user, run) -> None:
+    _oncall(user)
+
+
+def may_abandon(user, run) -> None:
+    _oncall(user)
+
+
+def may_trigger(user, workflow=None) -> None:
+    require_role(user, *TRIGGER_ROLES, detail="Viewers may not trigger runs.")
+
+
+def may_append_event(user, run=None) -> None:
+    """Agents post events (the lease rules are the engine's: a conflict, not a refusal)."""
+    require_role(user, AGENT, detail="Only agents post ledger events.")
+
+
+def may_request_approval(user, run=None) -> None:
+    require_role(user, AGENT, detail="Only agents request approvals.")
+
+
+def may_save_checkpoint(user, run=None) -> None:
+    require_role(user, AGENT, detail="Only agents save checkpoints.")
+
+
+def may_edit_workflow(user, workflow=None) -> None:
+    require_role(user, OWNER, detail="Only owners create or change workflows.")
