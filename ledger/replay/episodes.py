@@ -209,7 +209,7 @@ class Episode:
         body = {"client_event_id": f"{run.id}-{len(self.log)}-{stage}-{kind}", "stage": stage, "kind": kind, **fields}
         status, event = self.api.call("agent", "POST", f"/api/v1/runs/{run.id}/events/", body, expect=expect)
         if status in (200, 201):
-            self.model.event(run, stage, kind, at=moment(event["at"]), reason_code=fields.get("reason_code", ""))
+            self.model.event(run, stage, kind, at=moment(event["at"]))
             if event.get("idempotency_key"):
                 self.keys[(run.fp, stage)] = event["idempotency_key"]
         self.note(f"  {stage}:{kind} -> {status}")

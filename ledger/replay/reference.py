@@ -144,8 +144,8 @@ class ReferenceModel:
         if budget_spent:
             return Expected("escalated", "retry_budget_exhausted", self.first_not_done(status))
         if cp.env != env:
-            verified_at = [i for i, s in enumerate(self.order) if s in self.effect_stages and status.get(s) == "verified"]
-            last = max(verified_at, default=-1)
+            last = max((i for i, s in enumerate(self.order)
+                        if s in self.effect_stages and status.get(s) == "verified"), default=-1)
             reset = [s for i, s in enumerate(self.order) if i > last and s not in self.effect_stages and s in status]
             if reset:
                 kept = {s: st for s, st in status.items() if s not in reset}
@@ -178,7 +178,7 @@ class ReferenceModel:
         run.stages = dict(expected.stages)
         run.state = {"noop": "noop", "escalated": "escalated"}.get(expected.outcome, "active")
 
-    def event(self, run: ModelRun, stage: str, kind: str, *, at: datetime, reason_code: str = "") -> None:
+    def event(self, run: ModelRun, stage: str, kind: str, *, at: datetime) -> None:
         """An accepted stage event (API.md, event semantics)."""
         key = (run.fp, stage)
         effect_stage = stage in self.effect_stages

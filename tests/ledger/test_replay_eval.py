@@ -58,7 +58,8 @@ def test_reference_env_change_downgrades_only_results_after_the_last_verified_ef
             ("push", "verified"), ("build", "started"), ("build", "succeeded"))
     model.lease_ran_out(run)
     decision = _decide(model, 5, env="img:2")
-    assert (decision.outcome, decision.reason_code, decision.resume_from) == ("resume", "env_changed_downgraded", "build")
+    assert (decision.outcome, decision.reason_code, decision.resume_from) == (
+        "resume", "env_changed_downgraded", "build")
     same_env = _model()
     assert same_env.first_not_done({"draft": "succeeded", "push": "verified", "build": "succeeded"}) == "deploy"
 
