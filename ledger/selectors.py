@@ -105,7 +105,7 @@ def recovery_accuracy() -> dict | None:
 
 
 def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
-    """SPEC §7, computed from the ledger and its projections. A figure with no data is None, not 0."""
+    """SPEC §7, computed from the ledger and its projections (P95 and recovery accuracy are None without data)."""
     from django.db.models import Count
     from django.utils import timezone
 
