@@ -1,7 +1,10 @@
 """The agent-facing REST API of the ledger (see shared/API.md). Views are thin: validate → service → serialize."""
 
+import functools
+import time
 from datetime import timezone as dt_timezone
 
+from django.db import transaction
 from django.utils import timezone
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
@@ -265,12 +268,15 @@ class RunListCreateApi(ListAPIView):
     @refusals("trigger", audit=(Refused,))
     def post(self, request):
         authorizers.may_trigger(request.user)
+        arrived = time.monotonic()  # SPEC §7: the trigger's latency runs from here to the committed decision
         data = _validated(RunTriggerInputSerializer, request)
         trigger = data.get("trigger") or ("api" if has_role(request.user, AGENT) else "human")
         run, created = services.run_trigger(
             workflow_slug=data["workflow"], intent=data.get("intent") or None, trigger=trigger,
             trigger_key=data.get("trigger_key") or None, inputs=data["inputs"],
             env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(request.user))
+        if created:  # a duplicate decided nothing
+            transaction.on_commit(functools.partial(_decision_latency_record, run.id, arrived), robust=True)
         return Response(_run_body(run, duplicate=not created),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
@@ -294,6 +300,11 @@ class RunLeaseApi(APIView):
         if run is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(RunDetailOutputSerializer(selectors.run_detail(run_id=run.id, user=request.user)).data)
+
+
+def _decision_latency_record(run_id, arrived: float) -> None:
+    """Runs once the trigger's transaction (and so its `decided` event) has committed."""
+    Run.objects.filter(id=run_id).update(decision_latency_ms=(time.monotonic() - arrived) * 1000)
 
 
 class RunDetailApi(APIView):

@@ -156,6 +156,8 @@ class Run(models.Model):
     executor_state = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
     event_count = models.PositiveIntegerField(default=0)
     last_hash = models.CharField(max_length=64, blank=True)
+    # SPEC §7: from the trigger request's arrival to the committed `decided` event (API triggers only).
+    decision_latency_ms = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -463,3 +465,20 @@ class Outbox(models.Model):
 
     def __str__(self):
         return f"{self.task} ({'sent' if self.sent_at else 'pending'})"
+class ReplayEval(models.Model):
+    """One ``manage.py replay_eval``: decisions checked against the reference model (SPEC §7)."""
+
+    episodes = models.PositiveIntegerField()
+    decisions = models.PositiveIntegerField()
+    correct = models.PositiveIntegerField()
+    accuracy = models.FloatField()  # correct / decisions, 0..1
+    seed = models.BigIntegerField()
+    duplicates = models.PositiveIntegerField()  # idempotency keys whose effect happened twice
+    unverified = models.PositiveIntegerField()  # runs completed with an effect stage not verified
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"replay seed {self.seed}: {self.correct}/{self.decisions}"

@@ -63,8 +63,44 @@ def _percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+def _keys_executed_twice(events) -> int:
+    """Idempotency keys whose effect was executed again while an earlier execution could have happened.
+
+    An execution is a ``succeeded`` or ``unknown`` outcome. Only a proof of absence in between (``failed``
+    with ``effect_absent`` after the outcome, SPEC §5.2) makes a second execution legitimate.
+    """
+    from django.db.models import Count
+
+    candidates = [row["idempotency_key"] for row in
+                  events.filter(kind__in=("succeeded", "unknown"), idempotency_key__gt="")
+                  .values("idempotency_key").annotate(n=Count("id")).filter(n__gt=1)]
+    duplicated = 0
+    for key in candidates:
+        may_have_happened, twice = False, False
+        for kind, reason in (events.filter(idempotency_key=key, kind__in=("succeeded", "unknown", "failed"))
+                             .order_by("at", "id").values_list("kind", "reason_code")):
+            if kind == "failed":
+                may_have_happened = may_have_happened and reason != "effect_absent"
+            else:
+                twice = twice or may_have_happened
+                may_have_happened = True
+        duplicated += twice
+    return duplicated
+
+
+def recovery_accuracy() -> dict | None:
+    """The latest ``replay_eval`` (SPEC §7): right decisions / decisions; None before the first."""
+    from ledger.models import ReplayEval
+
+    latest = ReplayEval.objects.order_by("-created_at", "-id").first()
+    if latest is None:
+        return None
+    return {"accuracy": latest.accuracy, "episodes": latest.episodes, "decisions": latest.decisions,
+            "correct": latest.correct, "seed": latest.seed, "at": latest.created_at.isoformat()}
+
+
 def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
-    """SPEC §7, computed from the ledger and its projections."""
+    """SPEC §7, computed from the ledger and its projections (P95 and recovery accuracy are None without data)."""
     now = now or timezone.now()
     runs = Run.objects.all()
     events = LedgerEvent.objects.all()
@@ -75,19 +111,15 @@ def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
     if since:
         runs, effects, events = runs.filter(created_at__gte=since), effects.filter(created_at__gte=since), \
             events.filter(at__gte=since)
-    # An effect executed twice: one idempotency key with more than one executed outcome in the ledger.
-    executed = (events.filter(kind__in=("succeeded", "unknown"), idempotency_key__gt="")
-                .values("idempotency_key").annotate(n=Count("id")))
     effect_total = effects.count()
-    duplicated = sum(1 for row in executed if row["n"] > 1)
+    duplicated = _keys_executed_twice(events)
     completed = runs.filter(state="completed")
     completed_total = completed.count()
     unverified_completed = (completed.filter(effects__status__in=("attempted", "effective", "unknown"))
                             .distinct().count())
-    decision_latency = [
-        (r["decided_at"] - r["created_at"]).total_seconds() * 1000
-        for r in runs.filter(decided_at__isnull=False).values("decided_at", "created_at")[:10000]
-    ]
+    # Measured by the trigger API from the request's arrival to the committed decision (newest 10,000).
+    decision_latency = list(runs.filter(decision_latency_ms__isnull=False).order_by("-created_at")
+                            .values_list("decision_latency_ms", flat=True)[:10000])
     decisions = runs.exclude(decision={}).values("decision__outcome").annotate(n=Count("id"))
     open_approvals = Approval.objects.filter(status="pending")
     if workflow_slug:
@@ -103,7 +135,9 @@ def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
         "unverified_completion_rate": (unverified_completed / completed_total) if completed_total else 0.0,
         "unverified_completions": unverified_completed,
         "recovery_decisions": {row["decision__outcome"]: row["n"] for row in decisions},
+        "recovery_accuracy": recovery_accuracy(),
         "p95_trigger_to_decision_ms": _percentile(decision_latency, 0.95),
+        "trigger_to_decision_samples": len(decision_latency),
         "open_approvals": len(ages),
         "open_approvals_max_age_seconds": max(ages) if ages else 0,
         "escalated_runs": runs.filter(state="escalated").count(),
@@ -114,21 +148,42 @@ def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
 
 
 def prometheus_samples():
+    """(name, help, type, [(labels, value)]) for /metrics. A figure with no data is left out (SPEC §7)."""
     runs = [({"state": r["state"]}, r["n"]) for r in Run.objects.values("state").annotate(n=Count("id"))]
     effects = [({"status": r["status"]}, r["n"]) for r in Effect.objects.values("status").annotate(n=Count("id"))]
     m = metrics()
-    return [
+    accuracy = m["recovery_accuracy"]
+    p95 = m["p95_trigger_to_decision_ms"]
+    families = [
         ("stateboard_runs", "Runs by state.", "gauge", runs),
         ("stateboard_effects", "Effects by status.", "gauge", effects),
-        ("stateboard_open_approvals", "Pending approval requests.", "gauge",
-         [({}, Approval.objects.filter(status="pending").count())]),
+        ("stateboard_open_approvals", "Pending approval requests.", "gauge", [({}, m["open_approvals"])]),
+        ("stateboard_open_approvals_max_age_seconds", "Age of the oldest pending approval request.", "gauge",
+         [({}, m["open_approvals_max_age_seconds"])]),
         ("stateboard_duplicate_side_effects", "Idempotency keys executed more than once.", "gauge",
          [({}, m["duplicate_side_effects"])]),
+        ("stateboard_duplicate_side_effect_rate", "Keys executed twice / all effects.", "gauge",
+         [({}, m["duplicate_side_effect_rate"])] if m["effects"] else []),
         ("stateboard_unverified_completions", "Runs completed with an unverified effect.", "gauge",
          [({}, m["unverified_completions"])]),
+        ("stateboard_recovery_accuracy", "Right decisions / decisions in the latest replay_eval (0..1).", "gauge",
+         [({}, accuracy["accuracy"])] if accuracy else []),
+        ("stateboard_recovery_replay_episodes", "Episodes of the latest replay_eval.", "gauge",
+         [({}, accuracy["episodes"])] if accuracy else []),
+        ("stateboard_trigger_to_decision_p95_seconds", "P95 from a trigger's arrival to its committed decision.",
+         "gauge", [({}, p95 / 1000)] if p95 is not None else []),
         ("stateboard_write_gate_rejection_rate", "Share of claim proposals the write gate rejected.", "gauge",
          [({}, m.get("write_gate_rejection_rate"))]),
+        ("stateboard_stale_claim_as_fact_rate", "Share of claim citations that used a stale claim as a fact.",
+         "gauge", [({}, m.get("stale_claim_as_fact_rate"))]),
     ]
+    # Left out, never written as a non-number: figures without data, and families with no sample left.
+    kept = []
+    for name, help_text, kind, samples in families:
+        samples = [(labels, value) for labels, value in samples if isinstance(value, (int, float))]
+        if samples:
+            kept.append((name, help_text, kind, samples))
+    return kept
 
 
 def dashboard_summary() -> dict:

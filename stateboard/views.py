@@ -39,8 +39,17 @@ def healthz(request):
     return JsonResponse(body, status=200 if ok else 503)
 
 
+def _prometheus_label(value) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _prometheus_value(value) -> str:
+    return repr(float(value)) if isinstance(value, float) else str(int(value))
+
+
 @require_GET
 def prometheus_metrics(request):
+    """Public: the SPEC §7 figures in the Prometheus text format (0.0.4); figures without data left out."""
     from ledger import selectors
 
     lines = []
@@ -51,9 +60,10 @@ def prometheus_metrics(request):
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
         for labels, value in samples:
-            label_text = ",".join(f'{k}="{v}"' for k, v in labels.items())
-            lines.append(f"{name}{{{label_text}}} {value}" if label_text else f"{name} {value}")
-    return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4")
+            label_text = ",".join(f'{k}="{_prometheus_label(v)}"' for k, v in labels.items())
+            lines.append(f"{name}{{{label_text}}} {_prometheus_value(value)}" if label_text
+                         else f"{name} {_prometheus_value(value)}")
+    return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 @require_GET
