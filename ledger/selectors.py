@@ -3,6 +3,7 @@
 from django.db.models import Min
 
 from ledger.models import Checkpoint, LedgerEvent
+from stateboard.stats import percentile
 
 
 def event_is_verified(*, event_id: int) -> bool:
@@ -41,6 +42,14 @@ def run_detail(*, run_id, user=None):
             .get(id=run_id))
 
 
+def intent_holding_runs(*, workflow, intent: str):
+    """The intent's runs that hold its work or wait on a human (holding states and ``escalated``):
+    what a trigger must see (and lock) before it decides."""
+    from ledger.models import HOLDING_STATES, Run
+
+    return Run.objects.filter(workflow=workflow, intent=intent, state__in=(*HOLDING_STATES, "escalated"))
+
+
 def checkpoint_latest(*, run):
     """The latest checkpoint of the run's intent (one indexed read, on the agents' hot path)."""
     from ledger import sql
@@ -59,13 +68,6 @@ def effect_list(*, user=None):
     from ledger.models import Effect
 
     return Effect.objects.select_related("workflow").order_by("-created_at", "id")
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
@@ -115,7 +117,7 @@ def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
         "unverified_completion_rate": (unverified_completed / completed_total) if completed_total else 0.0,
         "unverified_completions": unverified_completed,
         "recovery_decisions": {row["decision__outcome"]: row["n"] for row in decisions},
-        "p95_trigger_to_decision_ms": _percentile(decision_latency, 0.95),
+        "p95_trigger_to_decision_ms": percentile(decision_latency, 0.95),
         "open_approvals": len(ages),
         "open_approvals_max_age_seconds": max(ages) if ages else 0,
         "escalated_runs": runs.filter(state="escalated").count(),
