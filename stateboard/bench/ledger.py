@@ -168,19 +168,13 @@ def _decisions(report: Report, say: Out, *, scale: float, reps: int) -> None:
     loader.load(events_target=small_events, runs_target=small_runs, label="small")
     small_total = dict(loader.totals)
     small = decisions.measure_decisions(loader, reps, per_rep, seed=1)
-    say(f"  at {small_total['events']:,} events / {small_total['runs']:,} runs: read p50 {small['read_p50']:.2f} ms, "
-        f"p95 {small['read_p95']:.2f} ms; full trigger p50 {small['full_p50']:.2f} ms, p95 {small['full_p95']:.2f} ms "
-        f"({reps} x {per_rep} decisions)")
-    say(f"  outcomes: {dict(small['outcomes'].most_common())}")
+    _say_latency(say, small_total, small, f"{reps} x {per_rep} decisions")
     say(f"loading ~{full_events:,} events / {full_runs:,} runs by COPY (progress every ~5 s) ...")
     loader.load(events_target=full_events - small_total["events"], runs_target=full_runs - small_total["runs"],
                 label="full")
     big_total = dict(loader.totals)
     big = decisions.measure_decisions(loader, reps, per_rep, seed=2)
-    say(f"  at {big_total['events']:,} events / {big_total['runs']:,} runs: read p50 {big['read_p50']:.2f} ms, "
-        f"p95 {big['read_p95']:.2f} ms; full trigger p50 {big['full_p50']:.2f} ms, p95 {big['full_p95']:.2f} ms "
-        f"({reps} x {per_rep} decisions)")
-    say(f"  outcomes: {dict(big['outcomes'].most_common())}")
+    _say_latency(say, big_total, big, f"{reps} x {per_rep} decisions")
     seq_scans = decisions.explain_decision(loader, say)
     growth = ratio(big["read_p95"], small["read_p95"])
     report.figures.update({
@@ -201,6 +195,13 @@ def _decisions(report: Report, say: Out, *, scale: float, reps: int) -> None:
                    f"{small['full_p95']:.2f} ms", "", "", "(info)", ""))
     report.add(Row(f"run_trigger (rolled back) p50 / p95 at {b_label}", f"{big['full_p50']:.2f} / "
                    f"{big['full_p95']:.2f} ms", "", f"{ratio(big['full_p95'], small['full_p95']):.2f}x", "(info)", ""))
+
+
+def _say_latency(say: Out, totals: dict, m: dict, samples: str) -> None:
+    say(f"  at {totals['events']:,} events / {totals['runs']:,} runs: read p50 {m['read_p50']:.2f} ms, "
+        f"p95 {m['read_p95']:.2f} ms; full trigger p50 {m['full_p50']:.2f} ms, p95 {m['full_p95']:.2f} ms "
+        f"({samples})")
+    say(f"  outcomes: {dict(m['outcomes'].most_common())}")
 
 
 def _summary(report: Report, say: Out, elapsed: float) -> None:
