@@ -1,7 +1,7 @@
 """Every write to the knowledge store.
 
 Locking order, everywhere: the key's ``ClaimHead`` rows (sorted by key), then the
-``StoreCounter`` row last (``_allocate_store_versions``), held until commit. Store versions are
+``StoreCounter`` row last (``store_versions_reserve``), held until commit. Store versions are
 therefore committed in order, and writers of different keys only queue on the counter for the
 few statements between their INSERT and COMMIT.
 """
@@ -56,7 +56,7 @@ class WriteGateRejected(Invalid):
 # ---------------------------------------------------------------------------------------------
 # building blocks
 
-def _allocate_store_versions(n: int = 1) -> int:
+def store_versions_reserve(n: int = 1) -> int:
     """Reserve ``n`` store versions; returns the last one. Locks the counter row until commit."""
     table = connection.ops.quote_name(StoreCounter._meta.db_table)
     with connection.cursor() as cursor:
@@ -247,7 +247,7 @@ def _append_many(items: list[tuple[ClaimHead, dict]]) -> list[Claim]:
     bulk inserts, one head update statement."""
     if not items:
         return []
-    last = _allocate_store_versions(len(items))
+    last = store_versions_reserve(len(items))
     claims = [_new_version(head, store_version=last - len(items) + 1 + i, **version)
               for i, (head, version) in enumerate(items)]
     Claim.objects.bulk_create(claims)

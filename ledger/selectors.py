@@ -10,6 +10,7 @@ from django.utils import timezone
 from knowledge.selectors import knowledge_metrics
 from ledger.filters import OncallRunFilter, RunFilter
 from ledger.models import Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
+from stateboard.stats import percentile
 
 
 def event_is_verified(*, event_id: int) -> bool:
@@ -42,6 +43,14 @@ def run_detail(*, run_id):
             .get(id=run_id))
 
 
+def intent_holding_runs(*, workflow, intent: str):
+    """The intent's runs that hold its work or wait on a human (holding states and ``escalated``):
+    what a trigger must see (and lock) before it decides."""
+    from ledger.models import HOLDING_STATES
+
+    return Run.objects.filter(workflow=workflow, intent=intent, state__in=(*HOLDING_STATES, "escalated"))
+
+
 def checkpoint_latest(*, run):
     """The latest checkpoint of the run's intent (one read through ``checkpoint_intent_latest``)."""
     return Checkpoint.objects.filter(workflow_id=run.workflow_id, intent=run.intent).order_by("-id").first()
@@ -54,13 +63,6 @@ def approval_list(*, status: str | None = None):
 
 def effect_list():
     return Effect.objects.select_related("workflow").order_by("-created_at", "id")
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def _keys_executed_twice(events) -> int:
@@ -136,7 +138,7 @@ def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
         "unverified_completions": unverified_completed,
         "recovery_decisions": {row["decision__outcome"]: row["n"] for row in decisions},
         "recovery_accuracy": recovery_accuracy(),
-        "p95_trigger_to_decision_ms": _percentile(decision_latency, 0.95),
+        "p95_trigger_to_decision_ms": percentile(decision_latency, 0.95),
         "trigger_to_decision_samples": len(decision_latency),
         "open_approvals": len(ages),
         "open_approvals_max_age_seconds": max(ages) if ages else 0,

@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from knowledge.selectors import store_version as knowledge_store_version
-from ledger import recovery, sql
+from ledger import recovery, selectors, sql
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, Trigger, Workflow
 from ledger.services.escalations import escalation_raise
 from ledger.services.writer import (RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock,
@@ -109,9 +109,8 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
 def dead_leases_expire(*, workflow: Workflow, intent: str, now: datetime, exclude=None) -> list[Run]:
     """Lock the intent's holding/escalated runs; move those whose lease expired (or that were queued
     past their time) to ``failed``."""
-    runs = list(Run.objects.select_for_update(of=("self",)).select_related("workflow")
-                .filter(workflow=workflow, intent=intent, state__in=(*HOLDING_STATES, "escalated"))
-                .exclude(id=exclude))
+    runs = list(selectors.intent_holding_runs(workflow=workflow, intent=intent)
+                .select_for_update(of=("self",)).select_related("workflow").exclude(id=exclude))
     alive = []
     for run in runs:
         if lease_expired(run, now):

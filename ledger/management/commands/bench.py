@@ -1,4 +1,5 @@
-"""``python manage.py bench ledger|knowledge``: print throughput and latency figures.
+"""``python manage.py bench ledger|knowledge``: print throughput and latency figures
+(the benchmarks live in ``stateboard.bench``).
 
 The ledger bench needs PostgreSQL. It creates its own scratch database on the same
 server (``stateboard_bench`` unless ``--db-name``), migrates it, measures, and drops it
@@ -19,8 +20,8 @@ class Command(BaseCommand):
         "--keep), migrates it and measures: event appends/s through the service layer (1 and N clients) "
         "and through the HTTP API (gunicorn, N clients) beside raw psycopg INSERT+COMMIT, checkpoint "
         "save+load/s, and the recovery decision p50/p95 with 10k and 1M ledger events loaded in bulk. "
-        "Takes about 5-10 minutes at --scale 1. 'knowledge' runs knowledge.bench in the same kind of "
-        "scratch database."
+        "Takes about 5-10 minutes at --scale 1. 'knowledge' runs stateboard.bench.knowledge in the same "
+        "kind of scratch database."
     )
 
     def add_arguments(self, parser):
@@ -40,35 +41,22 @@ class Command(BaseCommand):
         parser.add_argument("--clients", type=int, default=4, help="ledger: concurrent clients (threads)")
 
     def handle(self, *args, **options):
-        if options["target"] == "knowledge":
-            try:
-                from knowledge import bench as knowledge_bench
-            except ModuleNotFoundError as exc:
-                if exc.name in ("knowledge.bench", "knowledge"):
-                    raise CommandError("The knowledge benchmark is not available yet: knowledge/bench.py "
-                                       "(with run(out=..., scale=...)) does not exist.")
-                raise
-            from ledger import bench as ledger_bench
+        from stateboard.bench import knowledge, ledger
+        from stateboard.bench.common import BenchError, Out, scratch_database
 
-            try:
-                with ledger_bench.scratch_database(options["db_name"], ledger_bench._Out(self.stdout),
-                                                   options["keep"]):
-                    knowledge_bench.run(out=self.stdout, scale=options["scale"])
-            except ledger_bench.BenchError as exc:
-                raise CommandError(str(exc))
-            return
-
-        from ledger import bench as ledger_bench
-
-        if options["scale"] <= 0:
-            raise CommandError("--scale must be positive.")
-        if options["reps"] < 1 or options["duration"] <= 0 or options["clients"] < 1:
-            raise CommandError("--reps, --duration and --clients must be positive.")
         try:
-            ledger_bench.run(
+            if options["target"] == "knowledge":
+                with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
+                    knowledge.run(out=self.stdout, scale=options["scale"])
+                return
+            if options["scale"] <= 0:
+                raise CommandError("--scale must be positive.")
+            if options["reps"] < 1 or options["duration"] <= 0 or options["clients"] < 1:
+                raise CommandError("--reps, --duration and --clients must be positive.")
+            ledger.run(
                 out=self.stdout, scale=options["scale"], skip_http=options["skip_http"],
                 skip_load=options["skip_load"], keep=options["keep"], db_name=options["db_name"],
                 reps=options["reps"], duration=options["duration"], clients=options["clients"],
             )
-        except ledger_bench.BenchError as exc:
+        except BenchError as exc:
             raise CommandError(str(exc))

@@ -4,8 +4,8 @@ import io
 
 import pytest
 
-from knowledge import bench
 from knowledge.models import Claim, ClaimHead, GateDecision
+from stateboard.bench import knowledge as bench
 
 pytestmark = pytest.mark.django_db
 

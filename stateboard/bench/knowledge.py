@@ -3,8 +3,8 @@
 - claims proposed per second through the write gate (each its own transaction), against raw
   psycopg INSERT + COMMIT of one row into a plain table;
 - retrieval p50/p95 in a scope of 100,000 claims with ~10 versions per key (1,000,000 version
-  rows, loaded in bulk with COPY), against an indexed single-row SELECT by primary key; the
-  query plans are printed to show that history is never scanned;
+  rows, loaded in bulk with COPY by ``loader.claims_load``), against an indexed single-row SELECT by
+  primary key; the query plans are printed to show that history is never scanned;
 - reconcile of a 1,000-entry snapshot (a third live, a third tombstoned, a third new).
 
 Everything is created under a fresh ``bench-<id>`` system and key prefix and removed at the
@@ -15,25 +15,17 @@ every size (0.01 → 1,000 keys).
 
 import json
 import random
-import statistics
 import time
 import uuid
 from datetime import timedelta
 
-import pgtrigger
 from django.db import connection
 from django.utils import timezone
 
+from stateboard.bench import loader
+from stateboard.bench.common import median, percentile, plan_nodes, raw_insert_rate, raw_table
+
 REPEATS = 5
-
-
-def _median(values):
-    return statistics.median(values) if values else float("nan")
-
-
-def _pct(samples, q):
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def _ms(seconds):
@@ -81,69 +73,22 @@ class _Bench:
         return data
 
     def bulk_load(self, n_keys):
-        """n_keys keys, 1..19 versions each (10 on average); latest is active (10% of them stale)
-        or a tombstone (10%). Claims by COPY, heads by one INSERT … SELECT DISTINCT ON."""
-        from knowledge.services import _allocate_store_versions
+        """n_keys keys, 1..19 versions each, and their heads (``loader.claims_load``)."""
+        from knowledge.models import Claim, ClaimHead
 
-        versions = [self.rng.randint(1, 19) for _ in range(n_keys)]
-        total = sum(versions)
-        last = _allocate_store_versions(total)
-        sv = last - total + 1
-        created = self.now - timedelta(days=1)
-        observed = (self.now - timedelta(days=2)).isoformat()
-        fresh = (self.now + timedelta(days=20)).isoformat()
-        expired = (self.now - timedelta(hours=1)).isoformat()
-        self.live_keys, self.dead_keys = [], []
-        columns = ("key, version, store_version, status, statement, source_refs, source_type, scope_system, "
-                   "scope_version, scope_task, confidence, observed_at, refresh_after, sensitivity, derived_from, "
-                   "actor, reason, provenance, pending_reasons, policy_version, created_at")
         started = time.perf_counter()
-        with connection.cursor() as cursor:
-            raw = cursor.cursor if hasattr(cursor, "cursor") else cursor
-            with raw.copy(f"COPY knowledge_claim ({columns}) FROM STDIN") as copy:
-                for i, n in enumerate(versions):
-                    key = f"{self.prefix}k{i:07d}"
-                    roll = self.rng.random()
-                    final = "invalidated" if roll < 0.10 else "active"
-                    (self.dead_keys if final == "invalidated" else self.live_keys).append(key)
-                    for v in range(1, n + 1):
-                        status = final if v == n else "active"
-                        refresh = expired if (v == n and 0.10 <= roll < 0.20) else fresh
-                        copy.write_row((
-                            key, v, sv, status, "" if status != "active" else f"{key} v{v}",
-                            json.dumps([f"https://docs.example.com/{key}"]), "official-doc", self.system, "1",
-                            "bench", "reported", observed, refresh if status == "active" else None, "internal",
-                            "[]", "agent:bench", "", json.dumps({"action": "bench-load"}), "[]", "bench", created,
-                        ))
-                        sv += 1
-            cursor.execute(
-                """
-                INSERT INTO knowledge_claimhead (key, current_id, latest_version, live, system, scope_version, task,
-                                                 sensitivity, gc_status, updated_at)
-                SELECT DISTINCT ON (key) key, id, version, status = 'active', scope_system, scope_version,
-                       scope_task, sensitivity, '', now()
-                FROM knowledge_claim WHERE scope_system = %s ORDER BY key, version DESC
-                """,
-                [self.system],
-            )
-            cursor.execute("ANALYZE knowledge_claim")
-            cursor.execute("ANALYZE knowledge_claimhead")
-        return total, time.perf_counter() - started
+        loaded = loader.claims_load(system=self.system, prefix=self.prefix, n_keys=n_keys, rng=self.rng,
+                                    now=self.now)
+        loader.claim_heads_build(system=self.system)
+        loader.analyze(Claim, ClaimHead)
+        self.live_keys, self.dead_keys = loaded.live_keys, loaded.dead_keys
+        return loaded.versions, time.perf_counter() - started
 
     # -- measurements -------------------------------------------------------------------------
 
     def baseline_insert_rate(self, n):
-        with connection.cursor() as cursor:
-            cursor.execute(f"CREATE TABLE {self.baseline_table} (id bigserial PRIMARY KEY, key text, body jsonb)")
-        rates = []
-        for rep in range(REPEATS):
-            started = time.perf_counter()
-            with connection.cursor() as cursor:  # autocommit: every INSERT is its own COMMIT
-                for i in range(n):
-                    cursor.execute(f"INSERT INTO {self.baseline_table} (key, body) VALUES (%s, %s)",
-                                   [f"{rep}-{i}", json.dumps({"statement": "x"})])
-            rates.append(n / (time.perf_counter() - started))
-        return _median(rates)
+        with raw_table(self.baseline_table) as table:
+            return median([raw_insert_rate(n, table) for _ in range(REPEATS)])
 
     def propose_rate(self, n):
         from knowledge import services
@@ -156,7 +101,7 @@ class _Bench:
             for data in datas:
                 services.claim_propose(user=self.agent, data=data)
             rates.append(n / (time.perf_counter() - started))
-        return _median(rates)
+        return median(rates)
 
     def timed(self, fn, samples):
         """Per-call latencies, REPEATS times; the median p50 and p95 across repetitions."""
@@ -167,37 +112,39 @@ class _Bench:
                 started = time.perf_counter()
                 fn()
                 latencies.append(time.perf_counter() - started)
-            p50s.append(_pct(latencies, 0.50))
-            p95s.append(_pct(latencies, 0.95))
-        return _median(p50s), _median(p95s)
+            p50s.append(percentile(latencies, 0.50))
+            p95s.append(percentile(latencies, 0.95))
+        return median(p50s), median(p95s)
 
     def retrieval(self, samples):
+        from django.conf import settings
+        from django.db.models import Max, Min
         from rest_framework.test import APIClient
 
         from knowledge import selectors
-        from knowledge.api import _claims_data
+        from knowledge.api import ClaimOutput
+        from knowledge.models import Claim
 
         keys = self.live_keys
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT min(id), max(id) FROM knowledge_claim WHERE scope_system = %s", [self.system])
-            lo, hi = cursor.fetchone()
+        bounds = Claim.objects.filter(scope_system=self.system).aggregate(lo=Min("id"), hi=Max("id"))
+        lo, hi = bounds["lo"], bounds["hi"]
+        by_pk = (f"SELECT id, key, statement FROM {connection.ops.quote_name(Claim._meta.db_table)} "
+                 "WHERE id = %s")
 
         def baseline():
             with connection.cursor() as cursor:
-                cursor.execute("SELECT id, key, statement FROM knowledge_claim WHERE id = %s",
-                               [self.rng.randint(lo, hi)])
+                cursor.execute(by_pk, [self.rng.randint(lo, hi)])
                 cursor.fetchall()
 
+        def serialize(heads):
+            return ClaimOutput([h.current for h in heads], many=True, context={"now": None}).data
+
         def by_key():
-            heads = list(selectors.claims_live(user=self.agent, system=self.system, key=self.rng.choice(keys)))
-            _claims_data([h.current for h in heads])
+            serialize(list(selectors.claims_live(user=self.agent, system=self.system, key=self.rng.choice(keys))))
 
         def page():
-            heads = list(selectors.claims_live(user=self.agent, system=self.system, task="bench",
-                                               after_key=self.rng.choice(keys))[:100])
-            _claims_data([h.current for h in heads])
-
-        from django.conf import settings
+            serialize(list(selectors.claims_live(user=self.agent, system=self.system, task="bench",
+                                                 after_key=self.rng.choice(keys))[:100]))
 
         host = next((h for h in settings.ALLOWED_HOSTS if h not in ("*",) and not h.startswith(".")), "localhost")
         client = APIClient(HTTP_HOST=host)
@@ -235,15 +182,8 @@ class _Bench:
                 cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
                 plan = cursor.fetchone()[0]
             plan = plan if isinstance(plan, list) else json.loads(plan)
-            nodes = []
-
-            def walk(node):
-                nodes.append((node["Node Type"], node.get("Relation Name"), node.get("Index Name")))
-                for child in node.get("Plans", []):
-                    walk(child)
-
-            walk(plan[0]["Plan"])
-            result[name] = nodes
+            result[name] = [(node["Node Type"], node.get("Relation Name"), node.get("Index Name"))
+                            for node in plan_nodes(plan[0]["Plan"])]
         return result
 
     def reconcile(self, n):
@@ -261,19 +201,20 @@ class _Bench:
             answer = services.knowledge_reconcile(user=self.agent, entries=entries, checkpoint=f"bench-{rep}")
             timings.append(time.perf_counter() - started)
             counts = answer["counts"]
-        return _median(timings), counts
+        return median(timings), counts
 
     # -- cleanup ------------------------------------------------------------------------------
 
     def cleanup(self):
-        with connection.cursor() as cursor:
-            cursor.execute(f"DROP TABLE IF EXISTS {self.baseline_table}")
-            cursor.execute("DELETE FROM knowledge_claimhead WHERE key LIKE %s", [self.prefix + "%"])
-            with pgtrigger.ignore("knowledge.Claim:append_only", "knowledge.GateDecision:append_only"):
-                cursor.execute("DELETE FROM knowledge_claimderivation WHERE claim_id IN "
-                               "(SELECT id FROM knowledge_claim WHERE key LIKE %s)", [self.prefix + "%"])
-                cursor.execute("DELETE FROM knowledge_claim WHERE key LIKE %s", [self.prefix + "%"])
-                cursor.execute("DELETE FROM knowledge_gatedecision WHERE key LIKE %s", [self.prefix + "%"])
+        import pgtrigger
+
+        from knowledge.models import Claim, ClaimDerivation, ClaimHead, GateDecision
+
+        loader.rows_delete(ClaimHead.objects.filter(key__startswith=self.prefix))
+        with pgtrigger.ignore("knowledge.Claim:append_only", "knowledge.GateDecision:append_only"):
+            loader.rows_delete(ClaimDerivation.objects.filter(claim__key__startswith=self.prefix))
+            loader.rows_delete(Claim.objects.filter(key__startswith=self.prefix))
+            loader.rows_delete(GateDecision.objects.filter(key__startswith=self.prefix))
         for user in self.users:
             user.delete()
 

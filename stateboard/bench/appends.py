@@ -1,0 +1,298 @@
+"""Append and checkpoint workloads: event streams through the service layer and through the HTTP
+API (gunicorn), plain appends, and checkpoint save + load. Each ``measure_*`` runs ``clients``
+concurrent clients for ``duration`` seconds (``common.run_clients``) and returns a ``Measure``."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from stateboard.bench.common import BenchError, Measure, Out, database_url, run_clients
+
+STREAM_WORKFLOW = "bench-stream"
+EFFECT_STAGES = ("commit", "push", "deploy")
+STREAM_STAGES = (
+    "fetch", "parse", "dedupe", "classify", "assess", "plan", "draft", "review", "lint", "commit",
+    "build", "test", "package", "push", "stage", "smoke", "approve", "deploy", "monitor", "report",
+)
+HTTP_WORKERS = 4
+
+
+# ---------------------------------------------------------------------------------------------
+# event streams (shared by the service-layer and HTTP clients)
+
+
+def _iso_now() -> str:
+    from django.utils import timezone
+
+    return timezone.now().isoformat()
+
+
+def stream_bodies(stages=STREAM_STAGES, effect_stages=EFFECT_STAGES):
+    """The bodies an agent posts to drive one run through every stage."""
+    for stage in stages:
+        yield {"client_event_id": uuid.uuid4().hex, "stage": stage, "kind": "started"}
+        if stage in effect_stages:
+            ref = secrets.token_hex(20)
+            yield {"client_event_id": uuid.uuid4().hex, "stage": stage, "kind": "succeeded",
+                   "effect": {"system": "git", "operation": stage, "reference": ref}}
+            yield {"client_event_id": uuid.uuid4().hex, "stage": stage, "kind": "verified",
+                   "effect": {"system": "git", "operation": stage, "reference": ref},
+                   "evidence": [{"uri": f"https://ci.example/{stage}/{ref}", "observed_at": _iso_now(),
+                                 "digest": "sha256:" + ref}]}
+        else:
+            yield {"client_event_id": uuid.uuid4().hex, "stage": stage, "kind": "succeeded",
+                   "data": {"summary": f"{stage} done", "items": 12}}
+
+
+CALLS_PER_RUN = sum(3 if s in EFFECT_STAGES else 2 for s in STREAM_STAGES)
+
+
+def plain_body(stage: str) -> dict:
+    return {"client_event_id": uuid.uuid4().hex, "stage": stage, "kind": "proposed",
+            "data": {"proposal": "retry the flaky test", "confidence": 0.7}}
+
+
+class _RunFeed:
+    """Bodies for a client's pre-triggered runs; triggers more (timed) if it runs out."""
+
+    def __init__(self, run_ids: list, trigger):
+        self.run_ids, self.trigger, self.inline_triggers = list(run_ids), trigger, 0
+        self._iter = self._gen()
+
+    def _gen(self):
+        while True:
+            if self.run_ids:
+                run_id = self.run_ids.pop(0)
+            else:
+                self.inline_triggers += 1
+                run_id = self.trigger()
+            for body in stream_bodies():
+                yield run_id, body
+
+    def next(self):
+        return next(self._iter)
+
+
+def _runs_needed(rate_guess: float, duration: float) -> int:
+    return int(math.ceil(rate_guess * duration * 1.5 / CALLS_PER_RUN)) + 2
+
+
+# ---------------------------------------------------------------------------------------------
+# service layer
+
+
+def stream_workflow():
+    from ledger.models import Workflow
+
+    workflow, _ = Workflow.objects.get_or_create(
+        slug=STREAM_WORKFLOW,
+        defaults={"title": "Bench stream", "stages": list(STREAM_STAGES), "effect_stages": list(EFFECT_STAGES),
+                  "approval_stages": [], "lease_seconds": 3600, "max_retries": 3})
+    return workflow
+
+
+def _service_trigger(actor: str) -> str:
+    from ledger import services
+
+    run, _ = services.run_trigger(workflow_slug=STREAM_WORKFLOW, inputs={"item": uuid.uuid4().hex},
+                                  intent=f"{actor}/{uuid.uuid4().hex[:12]}", env_fingerprint="img:1",
+                                  actor=actor)
+    assert run.state == "fresh", run.state
+    return run.id
+
+
+def measure_service_stream(clients: int, duration: float, rate_guess: float) -> Measure:
+    from ledger import services
+
+    def prepare(i):
+        actor = f"agent:bench-svc-{i}"
+        runs = [_service_trigger(actor) for _ in range(_runs_needed(rate_guess, duration))]
+        return {"actor": actor, "feed": _RunFeed(runs, lambda: _service_trigger(actor))}
+
+    def step(ctx):
+        run_id, body = ctx["feed"].next()
+        _, created = services.event_append(run_id=run_id, body=body, actor=ctx["actor"])
+        assert created
+
+    def cleanup(ctx):
+        return {"inline_triggers": ctx["feed"].inline_triggers}
+
+    return run_clients(clients, prepare, step, duration, cleanup)
+
+
+def measure_service_plain(clients: int, duration: float) -> Measure:
+    from ledger import services
+
+    def prepare(i):
+        actor = f"agent:bench-plain-{i}"
+        run_id = _service_trigger(actor)
+        services.event_append(run_id=run_id, body={"stage": STREAM_STAGES[0], "kind": "started"}, actor=actor)
+        return {"actor": actor, "run": run_id}
+
+    def step(ctx):
+        services.event_append(run_id=ctx["run"], body=plain_body(STREAM_STAGES[0]), actor=ctx["actor"])
+
+    return run_clients(clients, prepare, step, duration)
+
+
+def checkpoint_payload(run_id) -> dict:
+    done = STREAM_STAGES[:4]
+    return {
+        "stage": STREAM_STAGES[4],
+        "state_table": {s: {"status": "succeeded", "summary": f"{s}: 12 items, 0 warnings",
+                            "pointer": f"artifact://bench/{run_id}/{s}.json"} for s in done},
+        "assertions": [{"stage": s, "pointer": f"artifact://bench/{run_id}/{s}.json",
+                        "digest": hashlib.sha256(s.encode()).hexdigest()} for s in done],
+        "pending_intents": ["assess the remaining items"],
+        "allowed_next_stages": [STREAM_STAGES[4]],
+        "retry_count": 0,
+        "max_retries": 3,
+    }
+
+
+def measure_checkpoint(clients: int, duration: float) -> Measure:
+    from ledger import selectors, services
+    from ledger.models import Run
+
+    def prepare(i):
+        actor = f"agent:bench-cp-{i}"
+        run = Run.objects.get(id=_service_trigger(actor))
+        return {"actor": actor, "run": run, "payload": checkpoint_payload(run.id)}
+
+    def step(ctx):
+        saved = services.checkpoint_save(run_id=ctx["run"].id, payload=ctx["payload"], actor=ctx["actor"])
+        latest = selectors.checkpoint_latest(run=ctx["run"])
+        assert latest is not None and latest.id == saved.id
+
+    return run_clients(clients, prepare, step, duration)
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP API (gunicorn)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def gunicorn_server(db_name: str, say: Out):
+    import requests
+    from django.conf import settings
+
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    cmd = [str(gunicorn)] if gunicorn.exists() else [sys.executable, "-m", "gunicorn"]
+    cmd += ["stateboard.wsgi", "-w", str(HTTP_WORKERS), "-b", f"127.0.0.1:{port}"]
+    env = dict(os.environ)
+    env.update(DATABASE_URL=database_url(db_name), DEBUG="0", ALLOWED_HOSTS="127.0.0.1",
+               SECRET_KEY=os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
+               DJANGO_SETTINGS_MODULE="stateboard.settings", LOG_LEVEL="WARNING")
+    log = (Path(settings.BASE_DIR) / "var")
+    log.mkdir(parents=True, exist_ok=True)
+    log_path = log / "bench-gunicorn.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(cmd, cwd=settings.BASE_DIR, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise BenchError(f"gunicorn exited with {proc.returncode}; see {log_path}:\n"
+                                 + log_path.read_text(errors="replace")[-2000:])
+            try:
+                requests.get(base + "/healthz", timeout=5)
+                break
+            except requests.RequestException:
+                if time.monotonic() > deadline:
+                    raise BenchError(f"gunicorn did not answer on {base} within 60 s; see {log_path}")
+                time.sleep(0.2)
+        pool = env.get("DB_POOL", "1")
+        say(f"gunicorn up: {' '.join(cmd[-5:])} (DEBUG off, DB_POOL={pool}), log {log_path}")
+        yield base
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        say("gunicorn stopped")
+
+
+class _Http:
+    def __init__(self, base: str, token: str):
+        import requests
+
+        self.base = base
+        self.session = requests.Session()
+        self.session.headers.update({"Authorization": f"Token {token}", "Content-Type": "application/json"})
+
+    def post(self, path: str, body: dict, expect=(201,)) -> dict:
+        response = self.session.post(self.base + path, data=json.dumps(body), timeout=30)
+        if response.status_code not in expect:
+            raise BenchError(f"POST {path} answered {response.status_code}: {response.text[:500]}")
+        return response.json()
+
+    def trigger(self, name: str) -> str:
+        body = {"workflow": STREAM_WORKFLOW, "intent": f"{name}/{uuid.uuid4().hex[:12]}",
+                "inputs": {"item": uuid.uuid4().hex}, "env_fingerprint": "img:1"}
+        run = self.post("/api/v1/runs/", body)
+        if run.get("state") != "fresh":
+            raise BenchError(f"HTTP trigger gave state {run.get('state')!r}, expected 'fresh'")
+        return run["id"]
+
+    def close(self):
+        self.session.close()
+
+
+def measure_http_stream(base: str, token: str, clients: int, duration: float, rate_guess: float) -> Measure:
+    def prepare(i):
+        http = _Http(base, token)
+        name = f"http-{i}"
+        runs = [http.trigger(name) for _ in range(_runs_needed(rate_guess, duration))]
+        return {"http": http, "feed": _RunFeed(runs, lambda: http.trigger(name))}
+
+    def step(ctx):
+        run_id, body = ctx["feed"].next()
+        ctx["http"].post(f"/api/v1/runs/{run_id}/events/", body)
+
+    def cleanup(ctx):
+        ctx["http"].close()
+        return {"inline_triggers": ctx["feed"].inline_triggers}
+
+    return run_clients(clients, prepare, step, duration, cleanup)
+
+
+def measure_http_plain(base: str, token: str, clients: int, duration: float) -> Measure:
+    def prepare(i):
+        http = _Http(base, token)
+        run_id = http.trigger(f"http-plain-{i}")
+        http.post(f"/api/v1/runs/{run_id}/events/", {"stage": STREAM_STAGES[0], "kind": "started"})
+        return {"http": http, "run": run_id}
+
+    def step(ctx):
+        ctx["http"].post(f"/api/v1/runs/{ctx['run']}/events/", plain_body(STREAM_STAGES[0]))
+
+    def cleanup(ctx):
+        ctx["http"].close()
+
+    return run_clients(clients, prepare, step, duration, cleanup)
+
+

@@ -1,0 +1,212 @@
+"""``python manage.py bench ledger``: the ledger's figures, each beside a baseline measured in the
+same run. It prints figures, it asserts nothing.
+
+Everything runs in a scratch database created on the server of DATABASE_URL and dropped at the end
+(``keep=True`` keeps it), so the bulk data never touches a real ledger (whose rows cannot be deleted
+anyway). Each figure is the median of ``reps`` repetitions:
+
+- raw baseline: psycopg single-row ``INSERT`` + ``COMMIT`` into a plain table, 1 and N clients;
+- event appends through ``services.event_append`` (each client its own process and connection): a
+  realistic stream (each client drives its own runs through a 20-stage workflow: ``started`` /
+  ``succeeded`` on non-effect stages, ``started`` / ``succeeded`` / ``verified`` on the 3 effect
+  stages, every event with a ``client_event_id``) and a plain append (``proposed`` on an executing
+  stage: one event, no transition, no checkpoint);
+- the same two streams through the HTTP API served by gunicorn (4 sync workers);
+- ``services.checkpoint_save`` + ``selectors.checkpoint_latest`` pairs;
+- the recovery decision's read path and a full ``run_trigger`` rolled back, with ~10k and ~1M
+  ledger events loaded by COPY (``loader.LedgerHistory``), plus the EXPLAIN of the read path at 1M.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+from stateboard.bench import appends, decisions
+from stateboard.bench.appends import CALLS_PER_RUN, EFFECT_STAGES, HTTP_WORKERS, STREAM_STAGES
+from stateboard.bench.common import (BenchError, Out, Report, Row, loadavg, measure_raw, median, rate, ratio,
+                                     raw_table, scratch_database, verdict)
+from stateboard.bench.loader import LedgerHistory
+
+TARGET_APPEND_MIN = 0.10
+TARGET_APPEND_AIM = 0.35
+TARGET_CHECKPOINT_MIN = 0.20
+TARGET_DECISION_P95_MS = 5.0
+TARGET_DECISION_GROWTH = 1.5
+
+FULL_EVENTS = 1_000_000
+FULL_RUNS = 100_000
+
+
+def run(*, out, scale: float = 1.0, skip_http: bool = False, skip_load: bool = False, keep: bool = False,
+        db_name: str = "stateboard_bench", reps: int = 5, duration: float = 3.0, clients: int = 4) -> Report:
+    from django.conf import settings
+    from django.db import connection
+
+    say = Out(out)
+    if connection.vendor != "postgresql":
+        raise BenchError("The ledger benchmark runs on PostgreSQL only (the database here is "
+                         f"{connection.vendor}). Set DATABASE_URL=postgres://USER@HOST:5432/DBNAME; "
+                         f"the bench creates its own scratch database {db_name!r} on that server.")
+    report = Report()
+    debug_was = settings.DEBUG
+    settings.DEBUG = False  # query logging would slow every service call
+    t_start = time.perf_counter()
+    try:
+        with scratch_database(db_name, say, keep):
+            with connection.cursor() as cur:
+                cur.execute("SELECT version(), current_setting('synchronous_commit'), "
+                            "current_setting('shared_buffers')")
+                version, sync, buffers = cur.fetchone()
+            say(f"PostgreSQL: {version.split(',')[0]}; synchronous_commit={sync}, shared_buffers={buffers}; "
+                f"{os.cpu_count()} CPUs; scale={scale:g}, reps={reps}, {duration:g} s per measurement, "
+                f"{clients} clients (processes, one connection each); load average {loadavg()}")
+            with raw_table():
+                appends.stream_workflow()
+                _throughput(report, say, reps=reps, duration=duration, clients=clients)
+                if not skip_http:
+                    _http(report, say, db_name=db_name, reps=reps, duration=duration, clients=clients)
+            if not skip_load:
+                _decisions(report, say, scale=scale, reps=reps)
+    finally:
+        settings.DEBUG = debug_was
+    _summary(report, say, time.perf_counter() - t_start)
+    return report
+
+
+def _throughput(report: Report, say: Out, *, reps: int, duration: float, clients: int) -> None:
+    say("")
+    say(f"== event appends and checkpoints through the service layer ({reps} reps x {duration:g} s each) ==")
+    say(f"   stream: each client drives its own runs through {len(STREAM_STAGES)} stages ({len(EFFECT_STAGES)} "
+        f"effect stages): {CALLS_PER_RUN} event_append calls per run")
+    series = {k: [] for k in ("raw1", "rawN", "svc1", "svcN", "plain1", "plainN", "cp1")}
+    guess1, guessN = 300.0, 200.0
+    inline = 0
+    for rep in range(1, reps + 1):
+        m = {
+            "raw1": measure_raw(1, duration),
+            "rawN": measure_raw(clients, duration),
+            "svc1": appends.measure_service_stream(1, duration, guess1),
+            "svcN": appends.measure_service_stream(clients, duration, guessN),
+            "plain1": appends.measure_service_plain(1, duration),
+            "plainN": appends.measure_service_plain(clients, duration),
+            "cp1": appends.measure_checkpoint(1, duration),
+        }
+        guess1, guessN = m["svc1"].rate, m["svcN"].rate / clients
+        inline += m["svc1"].extra.get("inline_triggers", 0) + m["svcN"].extra.get("inline_triggers", 0)
+        for key, value in m.items():
+            series[key].append(value.rate)
+        say(f"  rep {rep}: raw {m['raw1'].rate:,.0f}/s x1, {m['rawN'].rate:,.0f}/s x{clients} | "
+            f"stream {m['svc1'].rate:,.0f}/s x1, {m['svcN'].rate:,.0f}/s x{clients} | "
+            f"plain {m['plain1'].rate:,.0f}/s x1, {m['plainN'].rate:,.0f}/s x{clients} | "
+            f"checkpoint save+load {m['cp1'].rate:,.0f}/s x1")
+    if inline:
+        say(f"  note: {inline} runs were triggered inside a timed window (pre-triggered runs ran out)")
+    med = {k: median(v) for k, v in series.items()}
+    report.figures.update({f"{k}_per_s": v for k, v in med.items()})
+    for key, label, base_key, nclients in (("svc1", "append, service layer, stream", "raw1", 1),
+                                           ("svcN", "append, service layer, stream", "rawN", clients),
+                                           ("plain1", "append, service layer, plain (proposed)", "raw1", 1),
+                                           ("plainN", "append, service layer, plain (proposed)", "rawN", clients)):
+        share = ratio(med[key], med[base_key])
+        report.figures[f"{key}_ratio"] = share
+        report.add(Row(f"{label}, {nclients} client{'s' if nclients > 1 else ''}", rate(med[key]),
+                       f"raw x{nclients} {rate(med[base_key])}", f"{share:.3f}x",
+                       f">= {TARGET_APPEND_MIN:.2f}x (aim {TARGET_APPEND_AIM:.2f}x)",
+                       verdict(share >= TARGET_APPEND_MIN) + (" aim" if share >= TARGET_APPEND_AIM else "")))
+    share = ratio(med["cp1"], med["raw1"])
+    report.figures["cp1_ratio"] = share
+    report.add(Row("checkpoint save + load latest, 1 client", rate(med["cp1"]), f"raw x1 {rate(med['raw1'])}",
+                   f"{share:.3f}x", f">= {TARGET_CHECKPOINT_MIN:.2f}x", verdict(share >= TARGET_CHECKPOINT_MIN)))
+    say(f"  median: raw {med['raw1']:,.0f}/s x1, {med['rawN']:,.0f}/s x{clients}; stream {med['svc1']:,.0f}/s x1 "
+        f"({ratio(med['svc1'], med['raw1']):.3f}x), {med['svcN']:,.0f}/s x{clients} "
+        f"({ratio(med['svcN'], med['rawN']):.3f}x); plain {med['plain1']:,.0f}/s x1 "
+        f"({ratio(med['plain1'], med['raw1']):.3f}x), {med['plainN']:,.0f}/s x{clients} "
+        f"({ratio(med['plainN'], med['rawN']):.3f}x); checkpoint {med['cp1']:,.0f}/s "
+        f"({ratio(med['cp1'], med['raw1']):.3f}x)")
+
+
+def _http(report: Report, say: Out, *, db_name: str, reps: int, duration: float, clients: int) -> None:
+    from ledger.identities import agent_create
+
+    say("")
+    say(f"== event appends through the HTTP API (gunicorn -w {HTTP_WORKERS}, {clients} client threads with "
+        "requests.Session, 127.0.0.1) ==")
+    _, token = agent_create(name=f"bench-http-{uuid.uuid4().hex[:6]}")
+    series = {"rawN": [], "httpN": [], "hplainN": []}
+    guess = 100.0
+    with appends.gunicorn_server(db_name, say) as base:
+        for rep in range(1, reps + 1):
+            m = {"rawN": measure_raw(clients, duration),
+                 "httpN": appends.measure_http_stream(base, token, clients, duration, guess),
+                 "hplainN": appends.measure_http_plain(base, token, clients, duration)}
+            guess = m["httpN"].rate / clients
+            for key, value in m.items():
+                series[key].append(value.rate)
+            say(f"  rep {rep}: raw {m['rawN'].rate:,.0f}/s x{clients} | HTTP stream {m['httpN'].rate:,.0f}/s | "
+                f"HTTP plain {m['hplainN'].rate:,.0f}/s")
+    med = {k: median(v) for k, v in series.items()}
+    report.figures.update({f"{k}_per_s": v for k, v in med.items()})
+    for key, label in (("httpN", "append, HTTP API, stream"), ("hplainN", "append, HTTP API, plain (proposed)")):
+        share = ratio(med[key], med["rawN"])
+        report.figures[f"{key}_ratio"] = share
+        report.add(Row(f"{label}, {clients} clients", rate(med[key]), f"raw x{clients} {rate(med['rawN'])}",
+                       f"{share:.3f}x", "(info)", ""))
+
+
+def _decisions(report: Report, say: Out, *, scale: float, reps: int) -> None:
+    say("")
+    say("== recovery decision latency (read path: workflow + holding runs + recovery_input_gather + "
+        "recovery_decide; full: run_trigger rolled back) ==")
+    full_events = max(1000, int(FULL_EVENTS * scale))
+    full_runs = max(100, int(FULL_RUNS * scale))
+    small_events = max(200, full_events // 100)
+    small_runs = max(20, full_runs // 100)
+    per_rep = max(50, min(300, int(300 * scale ** 0.25)))
+    loader = LedgerHistory(say)
+    loader.load(events_target=small_events, runs_target=small_runs, label="small")
+    small_total = dict(loader.totals)
+    small = decisions.measure_decisions(loader, reps, per_rep, seed=1)
+    _say_latency(say, small_total, small, f"{reps} x {per_rep} decisions")
+    say(f"loading ~{full_events:,} events / {full_runs:,} runs by COPY (progress every ~5 s) ...")
+    loader.load(events_target=full_events - small_total["events"], runs_target=full_runs - small_total["runs"],
+                label="full")
+    big_total = dict(loader.totals)
+    big = decisions.measure_decisions(loader, reps, per_rep, seed=2)
+    _say_latency(say, big_total, big, f"{reps} x {per_rep} decisions")
+    seq_scans = decisions.explain_decision(loader, say)
+    growth = ratio(big["read_p95"], small["read_p95"])
+    report.figures.update({
+        "decision_small_events": small_total["events"], "decision_big_events": big_total["events"],
+        "decision_small_p50_ms": small["read_p50"], "decision_small_p95_ms": small["read_p95"],
+        "decision_big_p50_ms": big["read_p50"], "decision_big_p95_ms": big["read_p95"],
+        "trigger_small_p95_ms": small["full_p95"], "trigger_big_p95_ms": big["full_p95"],
+        "decision_growth": growth, "decision_seq_scans": seq_scans,
+    })
+    s_label, b_label = f"{small_total['events']:,}", f"{big_total['events']:,}"
+    report.add(Row(f"recovery decision p50 / p95 at {s_label} events", f"{small['read_p50']:.2f} / "
+                   f"{small['read_p95']:.2f} ms", "", "", "(reference)", ""))
+    report.add(Row(f"recovery decision p50 / p95 at {b_label} events", f"{big['read_p50']:.2f} / "
+                   f"{big['read_p95']:.2f} ms", f"p95 at {s_label}: {small['read_p95']:.2f} ms", f"{growth:.2f}x",
+                   f"p95 <= {TARGET_DECISION_P95_MS:g} ms, <= {TARGET_DECISION_GROWTH:g}x",
+                   verdict(big["read_p95"] <= TARGET_DECISION_P95_MS and growth <= TARGET_DECISION_GROWTH)))
+    report.add(Row(f"run_trigger (rolled back) p50 / p95 at {s_label}", f"{small['full_p50']:.2f} / "
+                   f"{small['full_p95']:.2f} ms", "", "", "(info)", ""))
+    report.add(Row(f"run_trigger (rolled back) p50 / p95 at {b_label}", f"{big['full_p50']:.2f} / "
+                   f"{big['full_p95']:.2f} ms", "", f"{ratio(big['full_p95'], small['full_p95']):.2f}x", "(info)", ""))
+
+
+def _say_latency(say: Out, totals: dict, m: dict, samples: str) -> None:
+    say(f"  at {totals['events']:,} events / {totals['runs']:,} runs: read p50 {m['read_p50']:.2f} ms, "
+        f"p95 {m['read_p95']:.2f} ms; full trigger p50 {m['full_p50']:.2f} ms, p95 {m['full_p95']:.2f} ms "
+        f"({samples})")
+    say(f"  outcomes: {dict(m['outcomes'].most_common())}")
+
+
+def _summary(report: Report, say: Out, elapsed: float) -> None:
+    say("")
+    say(f"== summary (medians; ratio = value / baseline, both measured in this run; {elapsed:.0f} s; "
+        f"load average at the end {loadavg()}) ==")
+    for line in report.table():
+        say(line)
