@@ -90,6 +90,25 @@ def claim_review(request):
 
 @require_GET
 @login_required
+def claim_list(request):
+    """All current claims with search and scope filters, fact/lead badges and the runs citing them."""
+    q = (request.GET.get("q") or "").strip()[:200]
+    system, task = (request.GET.get("system") or "")[:200], (request.GET.get("task") or "")[:200]
+    now = timezone.now()
+    heads = list(selectors.claims_current(user=request.user, q=q, system=system, task=task, now=now)[:ROWS_PER_SECTION])
+    citing = selectors.claim_citing_runs(keys=[h.key for h in heads])
+    for head in heads:
+        head.use_as = selectors.claim_use_as(head.current, now=now, needs_review=head.needs_review)
+        head.shown_status = selectors.claim_status(head.current, now=now)
+        head.citing = citing.get(head.key, {"count": 0, "runs": []})
+    context = {"heads": heads, "q": q, "system": system, "task": task, "now": now,
+               "scopes": selectors.claim_scopes(user=request.user)}
+    template = "knowledge/claim_list.html#claim-table" if request.htmx else "knowledge/claim_list.html"
+    return render(request, template, context)
+
+
+@require_GET
+@login_required
 def claim_history(request, key):
     """Every visible version of a claim, with who changed it, its gate rejections and open review flags."""
     detail = selectors.claim_detail(user=request.user, key=key)

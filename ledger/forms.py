@@ -11,6 +11,7 @@ from ledger.selectors import ONCALL_STATES
 class RunFilterForm(forms.Form):
     """Runs page filters; every field optional, an invalid value is ignored rather than an error page."""
 
+    q = forms.CharField(required=False, max_length=200, label="search")
     workflow = forms.ChoiceField(required=False)
     state = forms.ChoiceField(required=False, choices=[("", "any state"), *RunState.choices])
     intent = forms.CharField(required=False, max_length=500)
@@ -31,12 +32,24 @@ class RunFilterForm(forms.Form):
             "state": data.get("state") or "",
             "intent": (data.get("intent") or "").strip(),
             "since": data.get("since"),
+            "q": (data.get("q") or "").strip(),
         }
+
+    def valid_filters(self) -> dict:
+        """The filters that did validate, when some did not (an unknown value is reported, not applied)."""
+        data = getattr(self, "cleaned_data", {})
+        return {**self.filters(), **{k: "" for k in ("workflow", "state") if k not in data}}
 
 
 class OncallFilterForm(RunFilterForm):
     def __init__(self, data=None, *, workflows=(), **kwargs):
         super().__init__(data, workflows=workflows, states=ONCALL_STATES, **kwargs)
+        del self.fields["q"]
+
+    def filters(self) -> dict:
+        out = super().filters()
+        out.pop("q")
+        return out
 
 
 class ReasonForm(forms.Form):
@@ -93,3 +106,34 @@ class BulkActionForm(forms.Form):
         if cleaned.get("action") == "abandon" and not (cleaned.get("reason") or "").strip():
             self.add_error("reason", "Abandoning needs a reason.")
         return cleaned
+
+
+class SavedViewForm(forms.Form):
+    """A named filter set of the runs page, shared by the team."""
+
+    name = forms.CharField(max_length=100)
+    query = forms.CharField(required=False, max_length=2000, widget=forms.HiddenInput)
+
+    def clean_name(self):
+        name = self.cleaned_data["name"].strip()
+        if not name:
+            raise forms.ValidationError("A name is required.")
+        return name
+
+    def clean_query(self):
+        from django.http import QueryDict
+
+        allowed = {"q", "workflow", "state", "intent", "since"}
+        query = QueryDict(self.cleaned_data.get("query") or "", mutable=True)
+        for key in list(query):
+            if key not in allowed:
+                del query[key]
+        return query.urlencode()
+
+
+class PreviewForm(forms.Form):
+    """The runs an on-call action would touch, before it is applied."""
+
+    action = forms.ChoiceField(choices=BULK_ACTIONS)
+    run = UUIDListField(error_messages={"required": "Select at least one run."})
+    reason = forms.CharField(required=False, max_length=2000)

@@ -390,3 +390,23 @@ class AuditEntry(models.Model):
 
     def __str__(self):
         return f"{self.actor} {self.action} {self.outcome}"
+
+
+class SavedView(models.Model):
+    """A named filter set of the runs page, stored server-side and shared by the team."""
+
+    name = models.CharField(max_length=100, unique=True)
+    query = models.CharField(max_length=2000, blank=True)
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def url(self) -> str:
+        from django.urls import reverse
+
+        return reverse("ledger:run_list") + (f"?{self.query}" if self.query else "")
