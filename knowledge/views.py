@@ -7,6 +7,8 @@ status code (``app.js`` shows it). The page offers buttons by role; the view che
 again and the service has the last word.
 """
 
+from datetime import timedelta
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
@@ -24,6 +26,7 @@ from stateboard.errors import DomainError
 from stateboard.roles import EDITOR, OWNER, has_role, is_agent
 
 ROWS_PER_SECTION = 200
+REFRESH_AFTER_DEFAULT = timedelta(days=30)
 
 # Who is offered (and, in the view, allowed) each action; the service then applies its own rules
 # (acceptance by pending reason, revocation by claim ownership).
@@ -74,8 +77,11 @@ def _review_context(request) -> dict:
         for review in ClaimReview.objects.filter(key__in=list(by_key)).order_by("-source_store_version"):
             if review.source_store_version > current_sv[review.key]:
                 by_key[review.key].open_reviews.append(review)
+    # The refresh form's defaults: observed now, to be checked again in 30 days (datetime-local, UTC).
+    refresh_defaults = {"observed_at": now.strftime("%Y-%m-%dT%H:%M"),
+                        "refresh_after": (now + REFRESH_AFTER_DEFAULT).strftime("%Y-%m-%dT%H:%M")}
     return {
-        "pending": pending, "stale": stale, "flagged": flagged, "now": now,
+        "pending": pending, "stale": stale, "flagged": flagged, "now": now, "refresh_defaults": refresh_defaults,
         "may": {action: _may(user, action) for action in ACTION_ROLES},
     }
 
