@@ -63,6 +63,8 @@
 
   // Self-refreshing sections poll only while nobody is typing or selecting in them.
   window.stateboardIdle = function (section) {
+    var box = errorBox();
+    if (box && !box.hidden) { return false; }  // let the user read the refusal before the rows move
     var active = document.activeElement;
     if (active && section.contains(active) && /INPUT|TEXTAREA|SELECT/.test(active.tagName)) { return false; }
     var busy = false;
