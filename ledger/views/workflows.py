@@ -10,7 +10,6 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from ledger import selectors
-from ledger.models import Workflow
 
 
 def next_ticks(schedule: str, *, now=None, count: int = 5) -> list:
@@ -68,5 +67,3 @@ def workflow_detail(request, slug):
     template = "ledger/workflow_detail.html#workflow-body" if request.htmx else "ledger/workflow_detail.html"
     return render(request, template, context)
 
-
-__all__ = ["Workflow", "next_ticks", "workflow_detail", "workflow_list"]
