@@ -299,7 +299,7 @@ class RunLeaseApi(APIView):
                                  wait_seconds=data["wait_seconds"])
         if run is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
-        return Response(RunDetailOutputSerializer(selectors.run_detail(run_id=run.id, user=request.user)).data)
+        return Response(RunDetailOutputSerializer(selectors.run_detail(run_id=run.id)).data)
 
 
 def _decision_latency_record(run_id, arrived: float) -> None:
