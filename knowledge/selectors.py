@@ -189,3 +189,33 @@ def knowledge_metrics(*, since: datetime | None = None, now: datetime | None = N
         "claims": {**live, "store_version": store_version()},
         "since": since.isoformat() if since else None,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# the claims page
+
+def claims_current(*, user, q: str = "", system: str = "", task: str = "", now: datetime | None = None):
+    """Current live claims visible to ``user``, searched by key or statement and narrowed by scope."""
+    heads = claims_live(user=user, system=system or None, task=task or None, now=now)
+    if q:
+        heads = heads.filter(Q(key__icontains=q) | Q(current__statement__icontains=q))
+    return heads
+
+
+def claim_scopes(*, user) -> dict:
+    """The systems and tasks that live claims are scoped to (for the filters)."""
+    live = ClaimHead.objects.filter(live=True).filter(claim_visible_q(user))
+    return {"systems": list(live.exclude(system="").values_list("system", flat=True).distinct().order_by("system")),
+            "tasks": list(live.exclude(task="").values_list("task", flat=True).distinct().order_by("task"))}
+
+
+def claim_citing_runs(*, keys, per_key: int = 5) -> dict:
+    """Per key: how many ledger events cited it and the latest citing run ids (one read for all keys)."""
+    out: dict = {}
+    for key, run_id in (ClaimCitation.objects.filter(key__in=list(keys)).exclude(run_id="")
+                        .order_by("key", "-at").values_list("key", "run_id")[:5000]):
+        entry = out.setdefault(key, {"count": 0, "runs": []})
+        entry["count"] += 1
+        if run_id not in entry["runs"] and len(entry["runs"]) < per_key:
+            entry["runs"].append(run_id)
+    return out

@@ -7,6 +7,7 @@ from knowledge import views
 
 app_name = "knowledge"
 urlpatterns = [
+    path("claims/", views.claim_list, name="claim_list"),
     path("claims/review/", views.claim_review, name="claim_review"),
     path("claims/review/accept/", views.claim_accept, name="claim_accept"),
     path("claims/review/refresh/", views.claim_refresh, name="claim_refresh"),

@@ -1,11 +1,14 @@
 """HTML pages of the knowledge store: the review queues and a claim's history.
 
 Reads go through ``selectors``, writes through ``services`` (which hold the acceptance and
-ownership rules, through ``knowledge/authorizers.py``). Every action is a real POST that works without JavaScript (redirect + message);
-with htmx it answers the re-rendered review sections, or the refusal as plain text with its
-status code (``app.js`` shows it). The page offers the buttons the authorizers allow; the view
-asks them again and the service has the last word; ``stateboard.refusals`` records a refusal.
+ownership rules, through ``knowledge/authorizers.py``). Every action is a real POST that works
+without JavaScript (redirect + message); with htmx it answers the re-rendered review sections, or
+the refusal as plain text with its status code (``app.js`` shows it). The page offers the buttons
+the authorizers allow; the view asks them again and the service has the last word;
+``stateboard.refusals`` records a refusal.
 """
+
+from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -23,6 +26,7 @@ from stateboard.refusals import refusals
 from stateboard.roles import allowed
 
 ROWS_PER_SECTION = 200
+REFRESH_AFTER_DEFAULT = timedelta(days=30)
 
 # Each action's authorizer (SPEC §4); the service calls it again under its lock.
 AUTHORIZERS = {
@@ -58,8 +62,11 @@ def _review_context(request) -> dict:
                 by_key[review.key].open_reviews.append(review)
     for head in (*stale, *flagged):  # revoking is decided by the claim's ownership
         head.may_revoke = allowed(authorizers.may_revoke, user, head)
+    # The refresh form's defaults: observed now, to be checked again in 30 days (datetime-local, UTC).
+    refresh_defaults = {"observed_at": now.strftime("%Y-%m-%dT%H:%M"),
+                        "refresh_after": (now + REFRESH_AFTER_DEFAULT).strftime("%Y-%m-%dT%H:%M")}
     return {
-        "pending": pending, "stale": stale, "flagged": flagged, "now": now,
+        "pending": pending, "stale": stale, "flagged": flagged, "now": now, "refresh_defaults": refresh_defaults,
         "may": {"accept": allowed(authorizers.may_accept, user, None),
                 "refresh": allowed(authorizers.may_refresh, user, None),
                 "invalidate": allowed(authorizers.may_invalidate, user, None),
@@ -73,6 +80,25 @@ def claim_review(request):
     """Pending versions, stale claims and claims flagged for review; htmx gets only the sections."""
     template = "knowledge/claim_review.html#claim-review" if request.htmx else "knowledge/claim_review.html"
     return render(request, template, _review_context(request))
+
+
+@require_GET
+@login_required
+def claim_list(request):
+    """All current claims with search and scope filters, fact/lead badges and the runs citing them."""
+    q = (request.GET.get("q") or "").strip()[:200]
+    system, task = (request.GET.get("system") or "")[:200], (request.GET.get("task") or "")[:200]
+    now = timezone.now()
+    heads = list(selectors.claims_current(user=request.user, q=q, system=system, task=task, now=now)[:ROWS_PER_SECTION])
+    citing = selectors.claim_citing_runs(keys=[h.key for h in heads])
+    for head in heads:
+        head.use_as = selectors.claim_use_as(head.current, now=now, needs_review=head.needs_review)
+        head.shown_status = selectors.claim_status(head.current, now=now)
+        head.citing = citing.get(head.key, {"count": 0, "runs": []})
+    context = {"heads": heads, "q": q, "system": system, "task": task, "now": now,
+               "scopes": selectors.claim_scopes(user=request.user)}
+    template = "knowledge/claim_list.html#claim-table" if request.htmx else "knowledge/claim_list.html"
+    return render(request, template, context)
 
 
 @require_GET

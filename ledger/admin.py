@@ -1,10 +1,37 @@
 from django.contrib import admin, messages
+from django.utils import timezone
+from django.utils.html import format_html
 
 from stateboard.admin import ReadOnlyAdmin
-from django.utils import timezone
+from stateboard.redact import redact, redact_json
 
 from ledger.services.workflows import POLICY_FIELDS
 from ledger.models import Agent, ApiToken, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
+
+
+def redacted(*fields: str):
+    """Admin mixin pieces: show the JSON/text ``fields`` redacted (the raw values are not rendered)."""
+    def make(field):
+        def shown(self, obj):
+            value = getattr(obj, field)
+            text = redact(value) if isinstance(value, str) else redact_json(value)
+            return format_html("<pre>{}</pre>", text)
+        shown.short_description = field
+        shown.__name__ = f"{field}_redacted"
+        return shown
+    return {f"{field}_redacted": make(field) for field in fields}
+
+
+class RedactedAdmin(ReadOnlyAdmin):
+    """Read-only admin whose ``redacted_fields`` are displayed through ``stateboard.redact``."""
+
+    redacted_fields: tuple[str, ...] = ()
+
+    def get_exclude(self, request, obj=None):
+        return [*(super().get_exclude(request, obj) or ()), *self.redacted_fields]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [*super().get_readonly_fields(request, obj), *(f"{f}_redacted" for f in self.redacted_fields)]
 
 
 @admin.register(Workflow)
@@ -20,7 +47,9 @@ class WorkflowAdmin(admin.ModelAdmin):
 
 
 @admin.register(Run)
-class RunAdmin(ReadOnlyAdmin):
+class RunAdmin(RedactedAdmin):
+    redacted_fields = ("inputs",)
+    locals().update(redacted(*redacted_fields))
     list_display = ["id", "workflow", "intent", "state", "current_stage", "created_at"]
     list_filter = ["state", "workflow"]
     search_fields = ["intent", "trigger_key"]
@@ -28,7 +57,9 @@ class RunAdmin(ReadOnlyAdmin):
 
 
 @admin.register(LedgerEvent)
-class LedgerEventAdmin(ReadOnlyAdmin):
+class LedgerEventAdmin(RedactedAdmin):
+    redacted_fields = ("evidence", "data", "effect")
+    locals().update(redacted(*redacted_fields))
     list_display = ["run", "seq", "at", "stage", "kind", "actor", "reason_code"]
     list_filter = ["kind"]
     search_fields = ["idempotency_key", "client_event_id"]
@@ -41,18 +72,24 @@ class EffectAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Checkpoint)
-class CheckpointAdmin(ReadOnlyAdmin):
+class CheckpointAdmin(RedactedAdmin):
+    redacted_fields = ("payload",)
+    locals().update(redacted(*redacted_fields))
     list_display = ["id", "workflow", "intent", "source", "created_at", "expires_at"]
 
 
 @admin.register(Approval)
-class ApprovalAdmin(ReadOnlyAdmin):
+class ApprovalAdmin(RedactedAdmin):
+    redacted_fields = ("action", "reason")
+    locals().update(redacted(*redacted_fields))
     list_display = ["id", "kind", "run", "stage", "status", "requested_by", "decided_by", "deadline"]
     list_filter = ["status", "kind"]
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(ReadOnlyAdmin):
+class AuditEntryAdmin(RedactedAdmin):
+    redacted_fields = ("reason", "data")
+    locals().update(redacted(*redacted_fields))
     list_display = ["at", "actor", "role", "action", "outcome", "code", "target"]
     list_filter = ["outcome", "action"]
 

@@ -1,6 +1,6 @@
 """Who may do what to which ledger object: one function per action, raising ``Refused(code, detail)``.
 
-The pages (``ledger/views.py``), the API (``ledger/api.py``) and the services call these; a
+The pages (``ledger/views/``), the API (``ledger/api.py``) and the services call these; a
 service calls its check again under its lock and has the last word. ``stateboard.refusals``
 records a refusal in the audit trail and answers it. The role vocabulary is ``stateboard.roles``.
 """

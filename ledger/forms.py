@@ -59,3 +59,34 @@ class BulkActionForm(forms.Form):
         if cleaned.get("action") == "abandon" and not (cleaned.get("reason") or "").strip():
             self.add_error("reason", "Abandoning needs a reason.")
         return cleaned
+
+
+class SavedViewForm(forms.Form):
+    """A named filter set of the runs page, shared by the team."""
+
+    name = forms.CharField(max_length=100)
+    query = forms.CharField(required=False, max_length=2000, widget=forms.HiddenInput)
+
+    def clean_name(self):
+        name = self.cleaned_data["name"].strip()
+        if not name:
+            raise forms.ValidationError("A name is required.")
+        return name
+
+    def clean_query(self):
+        from django.http import QueryDict
+
+        allowed = {"q", "workflow", "state", "intent", "since"}
+        query = QueryDict(self.cleaned_data.get("query") or "", mutable=True)
+        for key in list(query):
+            if key not in allowed:
+                del query[key]
+        return query.urlencode()
+
+
+class PreviewForm(forms.Form):
+    """The runs an on-call action would touch, before it is applied."""
+
+    action = forms.ChoiceField(choices=BULK_ACTIONS)
+    run = UUIDListField(error_messages={"required": "Select at least one run."})
+    reason = forms.CharField(required=False, max_length=2000)

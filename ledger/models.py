@@ -440,6 +440,8 @@ class Notification(models.Model):
 
     def __str__(self):
         return f"{self.user_id}: {self.subject}"
+
+
 class Outbox(models.Model):
     """A task to send to the broker, written in the transaction that decided it (a transactional outbox).
 
@@ -465,6 +467,8 @@ class Outbox(models.Model):
 
     def __str__(self):
         return f"{self.task} ({'sent' if self.sent_at else 'pending'})"
+
+
 class ReplayEval(models.Model):
     """One ``manage.py replay_eval``: decisions checked against the reference model (SPEC §7)."""
 
@@ -482,3 +486,23 @@ class ReplayEval(models.Model):
 
     def __str__(self):
         return f"replay seed {self.seed}: {self.correct}/{self.decisions}"
+
+
+class SavedView(models.Model):
+    """A named filter set of the runs page, stored server-side and shared by the team."""
+
+    name = models.CharField(max_length=100, unique=True)
+    query = models.CharField(max_length=2000, blank=True)
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def url(self) -> str:
+        from django.urls import reverse
+
+        return reverse("ledger:run_list") + (f"?{self.query}" if self.query else "")

@@ -4,12 +4,12 @@ Every signed-in role reads every run, approval and effect, so these take no ``us
 contract scopes what a user sees (sensitive claims), the selector takes ``user=`` (knowledge).
 """
 
-from django.db.models import Count, Min, OuterRef, Prefetch, Subquery
+from django.db.models import Count, Exists, Max, Min, OuterRef, Prefetch, Q, Subquery
 from django.utils import timezone
 
 from knowledge.selectors import knowledge_metrics
-from ledger.filters import OncallRunFilter, RunFilter
-from ledger.models import Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
+from ledger.filters import OncallRunFilter, RunFilter, id_prefix_q
+from ledger.models import STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
 from stateboard.stats import percentile
 
 
@@ -223,9 +223,18 @@ def oncall_run(*, run_id):
 
 
 def _with_last_reason(runs):
+    """Annotate ``last_reason`` and ``compensable``.
+
+    ``compensable`` mirrors ``services.compensation_plan(run) is not None`` in the same query (the
+    on-call page offers Compensate only then); tests/test_dash_oncall.py checks they agree.
+    """
     last_reason = (LedgerEvent.objects.filter(run=OuterRef("pk"), kind="transition")
                    .order_by("-seq").values("reason_code")[:1])
-    return runs.annotate(last_reason=Subquery(last_reason))
+    undoable = Effect.objects.filter(workflow_id=OuterRef("workflow_id"), intent=OuterRef("intent"),
+                                     input_fingerprint=OuterRef("input_fingerprint")).exclude(
+        status__in=("failed", "compensated"))
+    return runs.annotate(last_reason=Subquery(last_reason),
+                         has_undoable=Exists(undoable), has_unreferenced=Exists(undoable.filter(reference="")))
 
 
 def workflow_list():
@@ -256,3 +265,102 @@ def notifications_for(*, user, unread: bool = False):
 
 def notifications_unread_count(*, user) -> int:
     return notifications_for(user=user, unread=True).count()
+
+
+# ---------------------------------------------------------------- run page, compare, inbox (second pass)
+
+def run_events_page(*, run, before: int | None = None, from_seq: int | None = None, limit: int = 50) -> list:
+    """Newest events first: a page of ``limit`` before ``before``, or (live refresh) all from ``from_seq`` on."""
+    events = LedgerEvent.objects.filter(run=run).order_by("-seq")
+    if before is not None:
+        events = events.filter(seq__lt=before)
+    if from_seq is not None:
+        return list(events.filter(seq__gte=from_seq)[:max(limit, 500)])
+    return list(events[:limit])
+
+
+def run_transitions(*, run) -> list[tuple[int, dict]]:
+    """(seq, data) of the run's transition events, in order: the path the drawing shows."""
+    rows = LedgerEvent.objects.filter(run=run, kind="transition").order_by("seq").values_list("seq", "data")
+    return [(seq, data if isinstance(data, dict) else {}) for seq, data in rows]
+
+
+def stage_times(*, run) -> dict[str, dict]:
+    """Per stage: first ``started`` and last outcome moment, from the ledger (one grouped read)."""
+    rows = (LedgerEvent.objects.filter(run=run, kind__in=STAGE_OUTCOME_KINDS).exclude(stage="")
+            .values("stage").annotate(start=Min("at", filter=Q(kind="started")), end=Max("at")))
+    return {r["stage"]: {"start": r["start"], "end": r["end"]} for r in rows}
+
+
+def intent_attempts(*, run, limit: int = 50) -> list:
+    """Every run of the same workflow and intent, oldest first (the attempts of this intent)."""
+    return list(Run.objects.filter(workflow_id=run.workflow_id, intent=run.intent)
+                .only("id", "state", "decision", "created_at", "ended_at", "input_fingerprint", "workflow_id",
+                      "intent").order_by("created_at", "id")[:limit])
+
+
+def run_by_prefix(*, prefix: str) -> list:
+    """Runs whose id (hex digits, hyphens ignored) starts with ``prefix``, by the run filter's ``q``;
+    at most two (unique or not). A prefix that also matches intents is not a prefix lookup."""
+    return list(run_list().filter(id_prefix_q(prefix) or Q(pk__in=[])).values_list("id", flat=True)[:2])
+
+
+def runs_by_ids(*, ids) -> dict:
+    runs = (run_list().filter(id__in=ids)
+            .prefetch_related(Prefetch("effects", queryset=Effect.objects.order_by("claimed_seq"))))
+    return {str(r.id): r for r in runs}
+
+
+def checkpoints_of_runs(*, run_ids) -> dict:
+    """The latest checkpoint each run saved, by run id."""
+    latest = {}
+    for cp in Checkpoint.objects.filter(run_id__in=run_ids).order_by("run_id", "-id"):
+        latest.setdefault(str(cp.run_id), cp)
+    return latest
+
+
+def approvals_decided(*, status: str = "", kind: str = "", workflow: str = ""):
+    """Decided requests (approved, rejected, expired), newest decision first, narrowed by the filters."""
+    approvals = approval_list().exclude(status="pending")
+    if status:
+        approvals = approvals.filter(status=status)
+    if kind:
+        approvals = approvals.filter(kind=kind)
+    if workflow:
+        approvals = approvals.filter(run__workflow__slug=workflow)
+    return approvals.order_by("-decided_at", "-created_at")
+
+
+def approval_packs(*, approvals) -> dict:
+    """Per approval id: the run's verified effects and evidence, and the last completed run of the intent
+    before it (to say what changed). Three reads whatever the number of requests."""
+    run_ids = {a.run_id for a in approvals}
+    if not run_ids:
+        return {}
+    effects: dict = {}
+    for effect in Effect.objects.filter(run_id__in=run_ids, status="verified").order_by("claimed_seq"):
+        effects.setdefault(effect.run_id, []).append(effect)
+    evidence: dict = {}
+    for event in (LedgerEvent.objects.filter(run_id__in=run_ids, kind="verified").exclude(evidence=[])
+                  .only("run_id", "seq", "stage", "evidence").order_by("seq")):
+        evidence.setdefault(event.run_id, []).append(event)
+    runs = {a.run_id: a.run for a in approvals}
+    previous = (Run.objects.filter(workflow_id__in={r.workflow_id for r in runs.values()},
+                                   intent__in={r.intent for r in runs.values()}, state="completed")
+                .exclude(id__in=run_ids).only("id", "workflow_id", "intent", "inputs", "created_at")
+                .order_by("-created_at"))
+    last_verified: dict = {}
+    for prior in previous[:1000]:
+        last_verified.setdefault((prior.workflow_id, prior.intent), []).append(prior)
+    packs = {}
+    for approval in approvals:
+        run = approval.run
+        prior = next((p for p in last_verified.get((run.workflow_id, run.intent), [])
+                      if p.created_at < run.created_at), None)
+        packs[approval.id] = {"effects": effects.get(run.id, []), "evidence": evidence.get(run.id, []),
+                              "previous": prior}
+    return packs
+
+
+def policy_history(*, workflow, limit: int = 50):
+    return AuditEntry.objects.filter(action="policy_bump", target=workflow.slug).order_by("-at", "-id")[:limit]

@@ -4,8 +4,8 @@ import json
 import logging
 
 from django.conf import settings
-from django.http import JsonResponse
-from django.views.defaults import page_not_found, server_error
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import render
 from rest_framework import exceptions, status
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
@@ -175,21 +175,35 @@ def _wants_json(request) -> bool:
     return request.path.startswith("/api/") or "application/json" in request.headers.get("Accept", "")
 
 
+def _error_page(request, status_code: int, title: str, detail: str):
+    """A styled page that keeps the menu; if even that fails (a 500 in the layout), plain text."""
+    try:
+        return render(request, "error.html", {"status": status_code, "title": title, "detail": detail},
+                      status=status_code)
+    except Exception:  # noqa: BLE001 — the error page must not raise
+        logger.exception("error page failed")
+        return HttpResponse(f"{status_code} {title}", status=status_code, content_type="text/plain; charset=utf-8")
+
+
 def handler400(request, exception=None):
-    return error_response("bad_request", "Bad request.", 400)
+    if _wants_json(request):
+        return error_response("bad_request", "Bad request.", 400)
+    return _error_page(request, 400, "Bad request", "The request could not be understood.")
 
 
 def handler403(request, exception=None):
-    return error_response("permission_denied", "You do not have permission to do this.", 403)
+    if _wants_json(request):
+        return error_response("permission_denied", "You do not have permission to do this.", 403)
+    return _error_page(request, 403, "Not allowed", "Your role does not allow this page or action.")
 
 
 def handler404(request, exception=None):
     if _wants_json(request):
         return error_response("not_found", f"No such URL: {request.path}", 404)
-    return page_not_found(request, exception)
+    return _error_page(request, 404, "Not found", f"Nothing lives at {request.path}.")
 
 
 def handler500(request):
     if _wants_json(request):
         return error_response("server_error", "Internal server error; it has been logged.", 500)
-    return server_error(request)
+    return _error_page(request, 500, "Server error", "Something broke on our side; it has been logged.")

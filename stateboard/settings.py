@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI served from our static files (SPEC §6: nothing from outside)
     "django_filters",
     "django_htmx",
     "template_partials",
@@ -154,6 +155,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Control plane for scheduled and long-running AI agents.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "ENUM_NAME_OVERRIDES": {"TriggerEnum": "ledger.models.Trigger", "RunStateEnum": "ledger.models.RunState"},

@@ -23,6 +23,7 @@ urlpatterns = [
     path("metrics", views.prometheus_metrics, name="prometheus_metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("prefs/time/", views.time_mode, name="time_mode"),
     path("admin/", admin.site.urls),
     path("", include("ledger.urls")),
     path("", include("knowledge.urls")),

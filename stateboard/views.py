@@ -4,7 +4,7 @@ from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
 
 def _database_ok() -> tuple[bool, str]:
@@ -78,8 +78,28 @@ def dashboard(request):
     state_counts = [{"state": s, "n": counts.get(s, 0), "terminal": s in TERMINAL_STATES} for s in RunState.values]
     context = {
         **summary,
+        "poll": bool(summary["pending_approvals"]) or any(
+            counts.get(s, 0) for s in RunState.values if s not in TERMINAL_STATES),
         "state_counts": state_counts,
         "total_runs": sum(counts.values()),
         "pending_list": list(selectors.approvals_pending()[:10]),
     }
-    return render(request, "dashboard.html", context)
+    return render(request, "dashboard.html#dashboard-body" if request.htmx else "dashboard.html", context)
+
+
+@require_POST
+@login_required
+def time_mode(request):
+    """How pages show times (UTC, browser-local, relative), kept in the session."""
+    from django.shortcuts import redirect
+    from django.utils.http import url_has_allowed_host_and_scheme
+
+    from ledger.templatetags.board import TIME_MODES
+
+    mode = request.POST.get("mode", "")
+    if mode in TIME_MODES:
+        request.session["time_mode"] = mode
+    target = request.POST.get("next") or "/"
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        target = "/"
+    return redirect(target)

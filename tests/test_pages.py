@@ -188,18 +188,22 @@ def test_run_detail_shows_machine_decision_timeline_events_and_checkpoint(awaiti
     assert "captured → restore → fresh → execute → checkpointed → awaiting_approval" in html
     assert "no_checkpoint" in html  # the decision's reason
     assert "1. build" in html and "2. deploy" in html and "needs approval" in html
-    assert 'id="event-list"' in html and 'hx-trigger="every 3s"' in html
+    assert 'id="run-live"' in html and 'hx-trigger="every 3s"' in html
     assert "approval_requested" in html
     assert "Latest checkpoint of this intent" in html and "No checkpoint for this intent" not in html
     assert "Roll out web v42 to prod" in html  # the approval's proposed action
 
 
-def test_run_detail_htmx_returns_the_event_list_partial(awaiting):
+def test_run_detail_htmx_returns_every_panel_in_one_partial(awaiting):
+    """The poll re-renders the whole live region (badge, drawing, panels, events), not the layout."""
     _, [(run, _), _] = awaiting
     viewer, _ = login("viewer")
     html = texts(viewer.get(reverse("ledger:run_detail", args=[run["id"]]), **HX))
-    assert html.strip().startswith('<section id="event-list"')
-    assert "<svg" not in html and "<html" not in html
+    assert html.strip().startswith('<div id="run-live" data-state="awaiting_approval"')
+    assert "<html" not in html and 'id="run-badge"' in html and "<svg" in html
+    for panel in ("decision-panel", "stages-panel", "effects-panel", "approvals-panel", "checkpoint-panel",
+                  "lease-panel", "event-list"):
+        assert f'id="{panel}"' in html
     assert 'hx-trigger="every 3s"' in html
 
 
@@ -210,7 +214,7 @@ def test_run_detail_of_a_terminal_run_does_not_poll():
     viewer, _ = login("viewer")
     for extra in ({}, HX):
         html = texts(viewer.get(reverse("ledger:run_detail", args=[run["id"]]), **extra))
-        assert 'id="event-list"' in html and "hx-trigger" not in html.split('id="event-list"')[1].split(">")[0]
+        assert 'id="event-list"' in html and "hx-trigger" not in html.split('id="run-live"')[1].split(">")[0]
         assert "every 3s" not in html
     html = texts(viewer.get(reverse("ledger:run_detail", args=[run["id"]])))
     assert "https://example.test/check" in html and "sha256:1" in html  # evidence
@@ -346,7 +350,7 @@ def test_approval_inbox_query_count_does_not_grow_with_rows(django_assert_max_nu
     for n in range(1, 15):
         awaiting_approval_run(agent, f"p-{n}")
     assert _list_queries(editor, reverse("ledger:approval_list")) == few
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(10):  # pending + evidence packs (3) + decided history + filters
         editor.get(reverse("ledger:approval_list"))
 
 

@@ -176,10 +176,13 @@ class Episode:
                                 expect=(200,))
         expected = self.model.retried(run, now=moment(body["decided_at"]))
         self.judge(f"on-call retry of {run.id}", expected, body)
-        if body.get("queued"):  # a retried run waits for an agent: the episode's agent leases it (SPEC §9.1)
-            _, body = self.api.call("agent", "POST", "/api/v1/runs/lease/", {"workflows": [self.workflow.slug]},
-                                    expect=(200,))
-            self.note(f"leased {body['id']}")
+        if body["decision"]["outcome"] in WORKING:
+            # A retried run is queued for an agent (SPEC §9.1): the episode's agent leases it first.
+            _, leased = self.api.call("agent", "POST", "/api/v1/runs/lease/", {"workflows": [self.workflow.slug]},
+                                      expect=(200,))
+            if leased["id"] != str(run.id):
+                raise EpisodeError(f"lease after the retry of {run.id} gave {leased['id']}")
+            self.note(f"agent leased {run.id}")
         return run, body
 
     def judge(self, what: str, expected: Expected, run: dict) -> None:

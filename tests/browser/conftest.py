@@ -28,13 +28,44 @@ def browser():
         browser.close()
 
 
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the test item, so fixtures can tell a failed test at teardown."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
 @pytest.fixture
-def page(browser):
+def outside_requests():
+    """Every request the page tried to send anywhere but the test server (SPEC §6: nothing leaves it)."""
+    return []
+
+
+@pytest.fixture
+def page(browser, request, outside_requests, tmp_path):
     context = browser.new_context(viewport={"width": 1360, "height": 900})
+
+    def guard(route):
+        url = route.request.url
+        host = url.split("//", 1)[-1].split("/", 1)[0].split(":")[0]
+        if url.startswith(("data:", "blob:", "about:")) or host in ("127.0.0.1", "localhost"):
+            route.continue_()
+        else:
+            outside_requests.append(url)
+            route.abort()
+
+    context.route("**/*", guard)
     page = context.new_page()
     page.set_default_timeout(10_000)
     yield page
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:  # screenshot on failure, for the CI artefacts
+        shots = Path(os.environ.get("STATEBOARD_SCREENSHOT_DIR") or tmp_path)
+        shots.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shots / f"{request.node.name}.png"), full_page=True)
     context.close()
+    assert outside_requests == [], f"requests left the server: {outside_requests}"
 
 
 @pytest.fixture

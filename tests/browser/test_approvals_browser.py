@@ -30,12 +30,13 @@ def test_editor_approves_and_rejects_without_a_reload(live_server, page, log_in,
     expect(page.locator("h1")).to_have_text("Approvals inbox")
     page.evaluate("window.__sameDocument = true")  # gone if the page reloads
 
+    page.once("dialog", lambda dialog: dialog.accept())  # hx-confirm on Approve
     row(page, approval_a).locator("[data-action=approve]").click()
     expect(row(page, approval_a)).to_have_attribute("data-status", "approved")
     expect(row(page, approval_a).locator("[data-action]")).to_have_count(0)
 
     page.once("dialog", lambda dialog: dialog.accept())  # hx-confirm on Reject
-    row(page, approval_b).locator("input[name=reason]").fill("not during the release freeze")
+    row(page, approval_b).locator("[data-reject-reason]").fill("not during the release freeze")
     row(page, approval_b).locator("[data-action=reject]").click()
     expect(row(page, approval_b)).to_have_attribute("data-status", "rejected")
     expect(row(page, approval_b)).to_contain_text("not during the release freeze")
@@ -61,6 +62,7 @@ def test_a_refused_action_is_shown_in_the_error_area(live_server, page, log_in, 
     expect(page.locator("#htmx-error")).to_be_hidden()
     services.approval_decide(approval_id=approval["id"], user=user, approve=False, reason="decided elsewhere")
 
+    page.once("dialog", lambda dialog: dialog.accept())
     row(page, approval).locator("[data-action=approve]").click()
     expect(page.locator("#htmx-error")).to_be_visible()
     expect(page.locator("#htmx-error")).to_contain_text("This request is already rejected.")

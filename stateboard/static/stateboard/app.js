@@ -60,4 +60,74 @@
     var selector = all.getAttribute("data-select-all");
     document.querySelectorAll(selector).forEach(function (box) { box.checked = all.checked; });
   });
+
+  // Self-refreshing sections poll only while nobody is typing or selecting in them.
+  window.stateboardIdle = function (section) {
+    var box = errorBox();
+    if (box && !box.hidden) { return false; }  // let the user read the refusal before the rows move
+    var active = document.activeElement;
+    if (active && section.contains(active) && /INPUT|TEXTAREA|SELECT/.test(active.tagName)) { return false; }
+    var busy = false;
+    section.querySelectorAll("input[type=text], textarea").forEach(function (f) { if (f.value) { busy = true; } });
+    document.querySelectorAll("input[name=run]:checked").forEach(function () { busy = true; });
+    return !busy;
+  };
+
+  // Times chosen as "local": the server sends UTC; the browser knows its own zone.
+  function localTimes(root) {
+    (root || document).querySelectorAll("time[data-when=local]").forEach(function (t) {
+      var d = new Date(t.getAttribute("datetime"));
+      if (!isNaN(d)) { t.textContent = d.toLocaleString(); }
+    });
+  }
+  document.addEventListener("DOMContentLoaded", function () { localTimes(); });
+  document.addEventListener("htmx:afterSettle", function (event) { localTimes(event.target); });
+
+  document.addEventListener("change", function (event) {
+    if (event.target.matches("select[data-autosubmit]")) { event.target.form.submit(); }
+  });
+
+  // Approvals inbox: j/k move between pending requests, a approves, r goes to the reject reason.
+  var selectedId = null;
+  function rows() {
+    return Array.prototype.slice.call(document.querySelectorAll("[data-keyboard-rows] tr[data-row][data-status=pending]"));
+  }
+  function select(row) {
+    rows().forEach(function (r) { r.classList.remove("selected"); r.removeAttribute("aria-selected"); });
+    if (!row) { selectedId = null; return; }
+    row.classList.add("selected");
+    row.setAttribute("aria-selected", "true");
+    selectedId = row.id;
+    row.scrollIntoView({block: "nearest"});
+  }
+  document.addEventListener("htmx:afterSettle", function () {
+    if (selectedId) { select(document.getElementById(selectedId)); }
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) { return; }
+    var target = event.target;
+    if (target && /INPUT|TEXTAREA|SELECT/.test(target.tagName)) {
+      if (event.key === "Escape") { target.blur(); }
+      return;
+    }
+    var list = rows();
+    if (!list.length) { return; }
+    var current = list.indexOf(document.getElementById(selectedId));
+    if (event.key === "j" || event.key === "k") {
+      var next = event.key === "j" ? current + 1 : current - 1;
+      if (current === -1) { next = 0; }
+      select(list[Math.max(0, Math.min(list.length - 1, next))]);
+      event.preventDefault();
+    } else if ((event.key === "a" || event.key === "r") && current !== -1) {
+      var row = list[current];
+      if (event.key === "a") {
+        var approve = row.querySelector("[data-action=approve]");
+        if (approve) { approve.click(); }
+      } else {
+        var reason = row.querySelector("[data-reject-reason]");
+        if (reason) { reason.focus(); }
+      }
+      event.preventDefault();
+    }
+  });
 })();

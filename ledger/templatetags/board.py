@@ -1,0 +1,63 @@
+"""Template helpers shared by every page: ``redact`` and ``redact_json`` filters, ``{% when dt %}``."""
+
+from datetime import datetime, timezone as dt_timezone
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.timesince import timesince
+
+from stateboard.redact import redact as redact_text
+from stateboard.redact import redact_json as redact_json_text
+
+register = template.Library()
+
+TIME_MODES = ("utc", "local", "relative")
+
+
+@register.filter
+def redact(value):
+    return redact_text(value)
+
+
+@register.filter
+def redact_json(value):
+    return redact_json_text(value)
+
+
+@register.simple_tag(takes_context=True)
+def when(context, value, mode: str = ""):
+    """A moment as one component: UTC (zone shown), browser-local or relative, per the user's choice;
+    the full UTC timestamp on hover. ``local`` is converted by app.js (the server cannot know the zone)."""
+    if value in (None, ""):
+        return "—"
+    if isinstance(value, str):
+        from django.utils.dateparse import parse_datetime
+
+        parsed = parse_datetime(value)
+        if parsed is None:
+            return value
+        value = parsed
+    if not isinstance(value, datetime):
+        return str(value)
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, dt_timezone.utc)
+    utc = value.astimezone(dt_timezone.utc)
+    request = context.get("request")
+    mode = mode or (request.session.get("time_mode", "utc") if request is not None and hasattr(request, "session")
+                    else "utc")
+    full = utc.strftime("%Y-%m-%d %H:%M:%S UTC")
+    if mode == "relative":
+        now = timezone.now()
+        text = f"{timesince(utc, now)} ago" if utc <= now else f"in {timesince(now, utc)}"
+    else:
+        text = full
+    return format_html('<time datetime="{}" title="{}" data-when="{}">{}</time>', utc.isoformat(), full, mode, text)
+
+
+@register.simple_tag(takes_context=True)
+def time_mode_options(context):
+    """[(mode, selected)] for the menu's time selector."""
+    request = context.get("request")
+    current = request.session.get("time_mode", "utc") if request is not None and hasattr(request, "session") else "utc"
+    return [(mode, mode == current) for mode in TIME_MODES]

@@ -1,0 +1,99 @@
+"""The approvals inbox as a decision desk: each request with its evidence pack, decided history."""
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from ledger import authorizers, selectors, services
+from ledger.forms import ReasonForm, RequiredReasonForm
+from ledger.models import Approval
+from ledger.views.common import evidence_view, form_checked, inputs_diff
+from stateboard.refusals import approval_subject, refusals
+
+HISTORY_ROWS = 50
+
+
+class HistoryFilterForm(forms.Form):
+    status = forms.ChoiceField(required=False, choices=[("", "any status"), ("approved", "approved"),
+                                                         ("rejected", "rejected"), ("expired", "expired")])
+    kind = forms.ChoiceField(required=False, choices=[("", "any kind"), *Approval.Kind.choices])
+    workflow = forms.ChoiceField(required=False)
+
+    def __init__(self, data=None, *, workflows=(), **kwargs):
+        super().__init__(data, **kwargs)
+        self.fields["workflow"].choices = [("", "any workflow"), *((w.slug, w.slug) for w in workflows)]
+
+
+def _with_packs(approvals: list) -> list:
+    packs = selectors.approval_packs(approvals=approvals)
+    for approval in approvals:
+        pack = packs.get(approval.id, {})
+        previous = pack.get("previous")
+        approval.pack = {
+            "effects": pack.get("effects", []),
+            "evidence": [(event, [evidence_view(ev) for ev in event.evidence]) for event in pack.get("evidence", [])],
+            "previous": previous,
+            "changes": inputs_diff(previous.inputs, approval.run.inputs) if previous else None,
+        }
+    return approvals
+
+
+def inbox_context(request) -> dict:
+    """Pending requests (with packs) and the filtered decided history; page and fragments share it."""
+    history_form = HistoryFilterForm(request.GET or None, workflows=selectors.workflow_list())
+    filters = history_form.cleaned_data if history_form.is_valid() else {}
+    pending = _with_packs(list(selectors.approvals_pending()[:200]))
+    history = list(selectors.approvals_decided(status=filters.get("status", ""), kind=filters.get("kind", ""),
+                                               workflow=filters.get("workflow", ""))[:HISTORY_ROWS])
+    return {"approvals": pending, "history": history, "history_form": history_form,
+            "query": request.GET.urlencode()}
+
+
+@require_GET
+@login_required
+def approval_list(request):
+    """Pending requests with their evidence, and decided history; htmx (poll, filters) gets the sections."""
+    if request.htmx:
+        section = "approval-history" if request.GET.get("section") == "history" else "approval-table"
+        template = f"ledger/approval_list.html#{section}"
+    else:
+        template = "ledger/approval_list.html"
+    return render(request, template, inbox_context(request))
+
+
+def _approval_decide(request, approval_id, *, approve: bool):
+    inbox = reverse("ledger:approval_list")
+    try:
+        approval = selectors.approval_get(approval_id=approval_id)
+    except Approval.DoesNotExist:
+        raise Http404("No such approval request.")
+    authorizers.may_decide_approval(request.user, approval)
+    form = form_checked((ReasonForm if approve else RequiredReasonForm)(request.POST))
+    approval = services.approval_decide(approval_id=approval.id, user=request.user, approve=approve,
+                                        reason=form.reason_text())
+    approval = selectors.approval_get(approval_id=approval.id)
+    if not request.htmx:
+        messages.success(request, f"Request {approval.stage or approval.kind} of {approval.run.workflow.slug} "
+                                  f"· {approval.run.intent} is {approval.status}.")
+        return redirect(inbox)
+    response = render(request, "ledger/approval_list.html#approval-row", {"approval": _with_packs([approval])[0]})
+    return trigger_client_event(response, "approval-changed", {"id": str(approval.id), "status": approval.status})
+
+
+@require_POST
+@login_required
+@refusals("approve", subject=approval_subject, back="ledger:approval_list")
+def approval_approve(request, approval_id):
+    return _approval_decide(request, approval_id, approve=True)
+
+
+@require_POST
+@login_required
+@refusals("reject", subject=approval_subject, back="ledger:approval_list")
+def approval_reject(request, approval_id):
+    return _approval_decide(request, approval_id, approve=False)

@@ -1,0 +1,74 @@
+"""Helpers of the ledger pages: checked forms (refused through ``stateboard.refusals``), safe `next`,
+input diffs, evidence views."""
+
+import re
+
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from stateboard.errors import Invalid
+from stateboard.redact import redact
+
+IMAGE_EXT = re.compile(r"\.(png|jpe?g|gif|webp|svg)(\?.*)?$", re.I)
+
+
+def form_error_text(form) -> str:
+    return " ".join(str(e) for errors in form.errors.values() for e in errors)
+
+
+def form_checked(form):
+    """The bound form, valid, or the refusal (422) the ``@refusals`` wrapper records and shows."""
+    if not form.is_valid():
+        raise Invalid("invalid_input", form_error_text(form))
+    return form
+
+
+def safe_next(request, default: str) -> str:
+    target = request.POST.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                                  require_https=request.is_secure()):
+        return target
+    return default
+
+
+def _flatten(value, prefix: str = "") -> dict:
+    if isinstance(value, dict) and value:
+        out = {}
+        for key in sorted(value):
+            out.update(_flatten(value[key], f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix or "(value)": value}
+
+
+def inputs_diff(before, after) -> list[dict]:
+    """What changed between two inputs, by dotted path: added, removed, changed (values redacted)."""
+    a, b = _flatten(before or {}), _flatten(after or {})
+    rows = []
+    for path in sorted(set(a) | set(b)):
+        if path not in a:
+            rows.append({"path": path, "change": "added", "before": "", "after": redact(b[path])})
+        elif path not in b:
+            rows.append({"path": path, "change": "removed", "before": redact(a[path]), "after": ""})
+        elif a[path] != b[path]:
+            rows.append({"path": path, "change": "changed", "before": redact(a[path]), "after": redact(b[path])})
+    return rows
+
+
+def evidence_view(ev) -> dict:
+    """One evidence item as the pages show it: a link (claim history, http) or a local image, redacted excerpt."""
+    if not isinstance(ev, dict):
+        return {"uri": redact(ev), "kind": "text"}
+    uri = str(ev.get("uri") or "")
+    view = {"uri": redact(uri), "digest": ev.get("digest") or "", "observed_at": ev.get("observed_at") or "",
+            "excerpt": redact(ev.get("excerpt") or ""), "kind": "text", "href": ""}
+    lower = uri.lower()
+    if lower.startswith("claim:"):
+        key, at, tail = uri[len("claim:"):].rpartition("@")
+        key = key if at and tail.isdigit() else uri[len("claim:"):]  # claim:<key>[@<version>]
+        view.update(kind="claim", key=key, href=reverse("knowledge:claim_history", args=[key]) if key else "")
+    elif lower.startswith("data:image/") or (uri.startswith("/") and not uri.startswith("//") and IMAGE_EXT.search(uri)):
+        view.update(kind="image", href=uri)  # served by this server (or inline): safe to load
+    elif lower.startswith(("https://", "http://")):
+        # Pages load nothing from outside the server: an external image is a link, never an <img>.
+        view.update(kind="external_image" if IMAGE_EXT.search(uri) else "link", href=uri)
+    return view

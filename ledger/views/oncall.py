@@ -1,0 +1,164 @@
+"""On-call: failed, escalated and compensating runs; retry / compensate / abandon, one or in bulk,
+with a preview of what each would do before it is done."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, QueryDict
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from ledger import authorizers, preview, selectors, services
+from ledger.forms import BulkActionForm, PreviewForm, ReasonForm, RequiredReasonForm
+from ledger.models import Run
+from ledger.views.common import form_checked, safe_next
+from stateboard.errors import DomainError
+from stateboard.refusals import refusal_record, refusals
+
+WAITS_FOR_AGENT = ("fresh", "resume", "verify_only")
+
+
+def _oncall_context(request, params) -> dict:
+    """Page and fragments share this; ``params`` holds the filters (GET, or the bulk POST's copy of them)."""
+    run_filter = selectors.oncall_runs(params)
+    form = run_filter.form
+    runs = list(run_filter.qs[:200])
+    query = QueryDict(mutable=True)
+    for name in form.fields:
+        if params.get(name):
+            query[name] = params[name]
+    next_url = reverse("ledger:oncall") + (f"?{query.urlencode()}" if query else "")
+    waiting = any(r.state in ("escalated", "compensate") for r in runs)
+    return {"form": form, "runs": runs, "query": query.urlencode(), "next_url": next_url, "poll": waiting}
+
+
+@require_GET
+@login_required
+def oncall(request):
+    """Failed, escalated and awaiting-compensation runs; on-call may retry, compensate or abandon."""
+    template = "ledger/oncall.html#oncall-table" if request.htmx else "ledger/oncall.html"
+    return render(request, template, _oncall_context(request, request.GET))
+
+
+@require_GET
+@login_required
+@refusals("preview", back="ledger:oncall", audit=())  # a preview is a read: answered, not audited
+def oncall_preview(request):
+    """What the action would do to each selected run (the retry decision, effects verified vs executed)."""
+    form = form_checked(PreviewForm(request.GET))
+    action = form.cleaned_data["action"]
+    runs = {r.id: r for r in selectors.run_list().filter(id__in=form.cleaned_data["run"])}
+    rows = [{"run": runs[run_id], **preview.action_preview(runs[run_id], action)}
+            for run_id in form.cleaned_data["run"] if run_id in runs]
+    context = {"action": action, "rows": rows, "reason": form.cleaned_data.get("reason") or "",
+               "applies": [row["run"] for row in rows if row["applies"]],
+               "next_url": safe_next(request, reverse("ledger:oncall")),
+               "totals": {"verify": sum(len(r.get("verify", [])) for r in rows),
+                          "execute": sum(len(r.get("execute", [])) for r in rows)}}
+    template = "ledger/oncall_preview.html#oncall-preview" if request.htmx else "ledger/oncall_preview.html"
+    return render(request, template, context)
+
+
+ONCALL_AUTHORIZERS = {"retry": authorizers.may_retry, "compensate": authorizers.may_compensate,
+                      "abandon": authorizers.may_abandon}
+
+
+def _oncall_back(request) -> str:
+    return safe_next(request, reverse("ledger:oncall"))
+
+
+def _run_action(run_id, *, action: str, user, reason: str):
+    if action == "retry":
+        return services.run_retry(run_id=run_id, user=user, reason=reason)
+    if action == "compensate":
+        return services.run_compensate(run_id=run_id, user=user, reason=reason)[0]
+    return services.run_abandon(run_id=run_id, user=user, reason=reason)
+
+
+def done_message(action: str, run) -> str:
+    text = f"{action.title()}: {run.workflow.slug} · {run.intent} is now {run.state}"
+    if action == "retry" and run.state in WAITS_FOR_AGENT:
+        text += "; it waits for an agent to lease it"
+    return text + "."
+
+
+def _oncall_action(request, run_id, action: str):
+    back = _oncall_back(request)
+    try:
+        run = selectors.run_list().get(id=run_id)
+    except Run.DoesNotExist:
+        raise Http404("No such run.")
+    ONCALL_AUTHORIZERS[action](request.user, run)
+    form = form_checked((RequiredReasonForm if action == "abandon" else ReasonForm)(request.POST))
+    _run_action(run.id, action=action, user=request.user, reason=form.reason_text())
+    run = selectors.oncall_run(run_id=run.id)
+    if not request.htmx:
+        messages.success(request, done_message(action, run))
+        return redirect(back)
+    response = render(request, "ledger/oncall.html#oncall-row",
+                      {"run": run, "changed": action, "changed_text": done_message(action, run), "next_url": back})
+    return trigger_client_event(response, "run-changed", {"id": str(run.id), "state": run.state})
+
+
+@require_POST
+@login_required
+@refusals("retry", back=_oncall_back)
+def run_retry(request, run_id):
+    return _oncall_action(request, run_id, "retry")
+
+
+@require_POST
+@login_required
+@refusals("compensate", back=_oncall_back)
+def run_compensate(request, run_id):
+    return _oncall_action(request, run_id, "compensate")
+
+
+@require_POST
+@login_required
+@refusals("abandon", back=_oncall_back)
+def run_abandon(request, run_id):
+    return _oncall_action(request, run_id, "abandon")
+
+
+@require_POST
+@login_required
+def oncall_bulk(request):
+    """One POST for the selected runs of the filtered set; each run is decided on its own."""
+    action = request.POST.get("action", "")[:40] or "bulk"
+    return refusals(f"bulk_{action}", back=_oncall_back)(_oncall_bulk)(request, action)
+
+
+def _oncall_bulk(request, action: str):
+    back = _oncall_back(request)
+    ONCALL_AUTHORIZERS.get(action, authorizers.may_retry)(request.user, None)
+    form = form_checked(BulkActionForm(request.POST))
+    action, reason = form.cleaned_data["action"], (form.cleaned_data["reason"] or "").strip()
+    wanted = form.cleaned_data["run"]
+    runs = {r.id: r for r in selectors.oncall_runs().qs.filter(id__in=wanted)}
+    done, refused = [], []
+    for run_id in wanted:
+        run = runs.get(run_id)
+        if run is None:
+            refused.append((str(run_id)[:8], "not a failed, escalated or compensating run"))
+            continue
+        try:
+            _run_action(run_id, action=action, user=request.user, reason=reason)
+            done.append(run)
+        except DomainError as exc:
+            refusal_record(request.user, action=action, code=exc.code, run_id=run_id, target=str(run_id),
+                           reason=reason)
+            refused.append((f"{run.workflow.slug} · {run.intent}", exc.detail))
+    summary = f"{action.title()}: {len(done)} done, {len(refused)} refused."
+    if action == "retry" and done:
+        summary += " Retried runs now wait for an agent."
+    if not request.htmx:
+        (messages.success if not refused else messages.warning)(request, summary)
+        for label, detail in refused:
+            messages.error(request, f"{label}: {detail}")
+        return redirect(back)
+    # The bulk form includes the filter form (hx-include), so the table comes back for the same filters.
+    context = {**_oncall_context(request, request.POST), "bulk_summary": summary, "bulk_refused": refused}
+    response = render(request, "ledger/oncall.html#oncall-table", context)
+    return trigger_client_event(response, "run-changed", {"bulk": action, "done": len(done)})

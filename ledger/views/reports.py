@@ -1,0 +1,38 @@
+"""/reports/: SPEC §7 metrics per workflow over 24 h / 7 d / 30 d, as server-rendered SVG charts."""
+
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from ledger import reports as report_data
+from ledger import selectors
+
+
+@require_GET
+@login_required
+def reports(request):
+    window = request.GET.get("window", "7d")
+    if window not in report_data.WINDOWS:
+        window = "7d"
+    data = report_data.series(window=window)
+    labels = (data["since"].strftime("%Y-%m-%d %H:%M UTC"), data["now"].strftime("%Y-%m-%d %H:%M UTC"))
+    workflows = []
+    for workflow in selectors.workflow_list():
+        buckets = data["workflows"].get(workflow.slug, [])
+        figures = selectors.metrics(workflow_slug=workflow.slug, since=data["since"], now=data["now"])
+        workflows.append({
+            "slug": workflow.slug, "figures": figures,
+            "charts": [
+                report_data.bar_chart([b["runs"] for b in buckets], labels=labels, title="runs triggered"),
+                report_data.bar_chart([b["completed"] for b in buckets], labels=labels, title="runs completed"),
+                report_data.bar_chart([b["failed"] + b["escalated"] for b in buckets], labels=labels,
+                                  title="runs failed or escalated"),
+                report_data.bar_chart([b["p95_ms"] for b in buckets], labels=labels,
+                                  title="P95 trigger → decision (ms)"),
+            ] if buckets else [],
+        })
+    context = {"window": window, "windows": list(report_data.WINDOWS), "workflows": workflows,
+               "overall": selectors.metrics(since=data["since"], now=data["now"])}
+    template = "ledger/reports.html#reports-body" if request.htmx else "ledger/reports.html"
+    return render(request, template, context)
+

@@ -1,0 +1,155 @@
+"""Runs list (filters, search, saved views), id-prefix redirect and the live run page."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from ledger import drawing, selectors
+from ledger.forms import SavedViewForm
+from ledger.models import Run, SavedView
+from ledger.views.common import evidence_view, form_error_text
+from stateboard.redact import redact_json
+from stateboard.roles import actor_for, is_agent
+
+RUNS_PER_PAGE = 50
+EVENTS_PER_PAGE = 50
+
+
+def _unknown_filters(form) -> list[str]:
+    """Filter values the run filter could not use (an unknown workflow or state, a date that does not
+    parse): said on the page; the rest of the filters still apply."""
+    notes = []
+    for name in form.errors:
+        value = form.data.get(name, "")
+        if name in ("workflow", "state"):
+            notes.append(f"There is no {name} “{value}”; the filter is ignored.")
+        elif name in form.fields:
+            notes.append(f"“{value}” is not a usable {form.fields[name].label or name}; the filter is ignored.")
+    return notes
+
+
+@require_GET
+@login_required
+def run_list(request):
+    """Runs with filters and ``?q=`` search; htmx (filter changes and the 5 s poll) gets only the table."""
+    run_filter = selectors.runs_filtered(request.GET)
+    form = run_filter.form
+    page = Paginator(run_filter.qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {"form": form, "page": page, "runs": page.object_list, "query": query.urlencode(),
+               "unknown": _unknown_filters(form) if request.GET else [],
+               "saved_views": list(SavedView.objects.order_by("name")[:50]),
+               "save_form": SavedViewForm(initial={"query": query.urlencode()})}
+    template = "ledger/run_list.html#run-table" if request.htmx else "ledger/run_list.html"
+    return render(request, template, context)
+
+
+@require_POST
+@login_required
+def saved_view_create(request):
+    """Save the current filters under a name the whole team sees (same name: replaced)."""
+    form = SavedViewForm(request.POST)
+    if is_agent(request.user):
+        raise Http404
+    if not form.is_valid():
+        messages.error(request, form_error_text(form))
+        return redirect("ledger:run_list")
+    view, _ = SavedView.objects.update_or_create(
+        name=form.cleaned_data["name"],
+        defaults={"query": form.cleaned_data["query"], "created_by": actor_for(request.user)})
+    messages.success(request, f"Saved view “{view.name}”.")
+    return redirect(view.url())
+
+
+@require_GET
+@login_required
+def run_prefix(request, prefix):
+    """``/runs/<prefix>/``: a unique id prefix (≥ 4 hex digits) redirects to the run."""
+    found = selectors.run_by_prefix(prefix=prefix)
+    if len(found) == 1:
+        return redirect("ledger:run_detail", run_id=found[0])
+    if not found:
+        raise Http404(f"No run id starts with {prefix}.")
+    return redirect(reverse("ledger:run_list") + f"?q={prefix}")
+
+
+def _int_param(request, name):
+    try:
+        value = int(request.GET.get(name, ""))
+        return value if value > 0 else None
+    except ValueError:
+        return None
+
+
+def _stage_cards(run, times) -> list[dict]:
+    workflow, stage_states = run.workflow, run.stage_states or {}
+    cards = []
+    for stage in workflow.stages:
+        state = stage_states.get(stage) or {}
+        span = times.get(stage) or {}
+        start, end = span.get("start"), span.get("end")
+        cards.append({
+            "stage": stage, "status": state.get("status", "pending"), "pointer": state.get("pointer", ""),
+            "effect_stage": stage in workflow.effect_stages, "approval_stage": stage in workflow.approval_stages,
+            "current": stage == run.current_stage and not run.is_terminal,
+            "start": start, "end": end, "seconds": (end - start).total_seconds() if start and end else None,
+        })
+    return cards
+
+
+def _with_evidence(events) -> list:
+    for event in events:
+        event.evidence_items = [evidence_view(ev) for ev in (event.evidence or [])]
+    return events
+
+
+def run_page_context(run: Run, *, before: int | None = None, from_seq: int | None = None) -> dict:
+    """Everything the run page shows, from one read of each source: the page, the live refresh and
+    the older-events fragment all render from this, so every panel agrees with the run's state."""
+    events = _with_evidence(selectors.run_events_page(run=run, before=before, from_seq=from_seq,
+                                                      limit=EVENTS_PER_PAGE))
+    oldest = events[-1].seq if events else None
+    attempts = selectors.intent_attempts(run=run)
+    position = next((i for i, a in enumerate(attempts) if a.id == run.id), None)
+    previous = attempts[position - 1] if position else None
+    checkpoint = selectors.checkpoint_latest(run=run)
+    return {
+        "run": run, "events": events, "before": before, "fragment": False,
+        "anchor": from_seq or oldest or 1, "older_than": oldest if oldest and oldest > 1 else None,
+        "live": not run.is_terminal and before is None,
+        "decision": run.decision or {},
+        "machine": drawing.state_machine(selectors.run_transitions(run=run), run.state),
+        "timeline": _stage_cards(run, selectors.stage_times(run=run)),
+        "attempts": attempts, "previous_attempt": previous,
+        "effects": list(run.effects.all()), "approvals": list(run.approvals.all()),
+        "checkpoint": checkpoint,
+        "checkpoint_json": redact_json(checkpoint.payload) if checkpoint else "",
+        "inputs_json": redact_json(run.inputs),
+        "audit_entries": list(selectors.run_audit_entries(run=run)[:100]),
+    }
+
+
+@require_GET
+@login_required
+def run_detail(request, run_id):
+    """Run page. While the run is not terminal one htmx poll re-renders every panel (``#run-live``);
+    ``?before=<seq>`` is the next page of older events (a fragment with htmx, the page without)."""
+    try:
+        run = selectors.run_detail(run_id=run_id)
+    except Run.DoesNotExist:
+        raise Http404("No such run.")
+    before = _int_param(request, "before")
+    context = run_page_context(run, before=before, from_seq=_int_param(request, "from") if request.htmx else None)
+    if request.htmx:
+        context["fragment"] = bool(before)
+        template = "ledger/run_detail.html#older-events" if before else "ledger/run_detail.html#run-live"
+    else:
+        template = "ledger/run_detail.html"
+    return render(request, template, context)
+
+

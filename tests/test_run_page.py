@@ -1,0 +1,134 @@
+"""The live run page: one context, every panel in one htmx partial, paginated events, previews, attempts."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from ledger.models import Run
+from tests.browser.scenarios import (
+    EVIDENCE, agent_driver, approval_workflow, awaiting_approval_run, escalated_run, escalation_workflow,
+)
+from tests.factories import make_workflow
+from tests.test_pages import HX, login, texts
+
+pytestmark = pytest.mark.django_db
+
+AWS = "AKIAIOSFODNN7EXAMPLE"
+
+
+def queries(client, url, data=None, **extra) -> int:
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url, data, **extra).status_code == 200
+    return len(ctx.captured_queries)
+
+
+def long_run(stages: int, intent: str = "long"):
+    """A run through ``stages`` plain stages (three events each, plus the decision's)."""
+    wf = make_workflow(stages=[f"s{i}" for i in range(stages)], effect_stages=[], approval_stages=[])
+    agent = agent_driver(wf)
+    run = agent.trigger(intent=intent, inputs={"intent": intent})
+    for i in range(stages):
+        agent.pass_stage(run["id"], f"s{i}")
+    return agent, run
+
+
+def test_run_page_query_count_is_constant_in_events_and_attempts():
+    """2 stages vs 30 stages (6 vs ~60 events), 1 vs 4 attempts: the same number of queries."""
+    viewer, _ = login("viewer")
+    _, small = long_run(2, "small")
+    _, big = long_run(30, "big")
+    url = lambda run: reverse("ledger:run_detail", args=[run["id"]])  # noqa: E731
+    assert queries(viewer, url(small)) == queries(viewer, url(big))
+    assert queries(viewer, url(small), **HX) == queries(viewer, url(big), **HX)
+    wf = escalation_workflow(max_retries=5)
+    agent = agent_driver(wf)
+
+    def attempt():
+        run = agent.trigger(intent="again", inputs={"intent": "again"})
+        agent.event(run["id"], run["current_stage"], "started")
+        agent.event(run["id"], run["current_stage"], "failed", reason_code="red")
+        return run
+
+    first = attempt()
+    one = queries(viewer, reverse("ledger:run_detail", args=[first["id"]]))
+    for _ in range(3):
+        last = attempt()
+    assert queries(viewer, reverse("ledger:run_detail", args=[last["id"]])) == one
+
+
+def test_run_page_events_are_paginated_newest_first_with_load_older():
+    viewer, _ = login("viewer")
+    _, run = long_run(14)
+    url = reverse("ledger:run_detail", args=[run["id"]])
+    total = Run.objects.get(id=run["id"]).event_count
+    assert 50 < total <= 100
+    html = texts(viewer.get(url))
+    assert html.count('<tr id="seq-') == 50
+    assert f'id="seq-{total}"' in html and f'id="seq-{total - 49}"' in html and 'id="seq-1"' not in html
+    assert html.index(f'id="seq-{total}"') < html.index(f'id="seq-{total - 1}"')  # newest first
+    older = f"?before={total - 49}"
+    assert f'href="{url}{older}"' in html and f'hx-get="{url}{older}"' in html  # plain link and htmx
+    fragment = texts(viewer.get(url + older, **HX))
+    assert fragment.strip().startswith('<div class="older-page">') and "<html" not in fragment
+    assert f'id="seq-{total - 50}"' in fragment and 'id="seq-1"' in fragment
+    assert "Load older" not in fragment  # nothing older than seq 1
+    plain = texts(viewer.get(url + older))
+    assert "<html" in plain and 'id="seq-1"' in plain and "back to the newest" in plain
+
+
+def test_run_page_has_permalinks_durations_and_seq_numbers_on_the_path():
+    viewer, _ = login("viewer")
+    _, run = long_run(2)
+    html = texts(viewer.get(reverse("ledger:run_detail", args=[run["id"]])))
+    assert 'href="#seq-1"' in html
+    assert html.count("data-duration") == 2 and "took " in html
+    from ledger.models import LedgerEvent
+
+    seqs = list(LedgerEvent.objects.filter(run_id=run["id"], kind="transition").values_list("seq", flat=True))
+    for seq in seqs:
+        assert f"#{seq}" in html  # the drawing labels taken edges with the transition's seq
+    assert "STATE_EDGES" not in open("ledger/views/runs.py").read()
+
+
+def test_run_page_evidence_previews_claim_links_images_and_redaction():
+    wf = make_workflow(stages=["check"], effect_stages=[], approval_stages=[])
+    agent = agent_driver(wf)
+    run = agent.trigger(intent="ev", inputs={"token": "Bearer abc.def-ghi"})
+    agent.event(run["id"], "check", "started")
+    agent.event(run["id"], "check", "succeeded", evidence=[
+        {"uri": "claim:repo/default-branch@1", "observed_at": "2026-11-29T12:00:00+00:00", "digest": "sha256:c1"},
+        {"uri": "/static/stateboard/favicon.svg", "observed_at": "2026-11-29T12:00:00+00:00", "digest": "sha256:i1"},
+        {"uri": "https://ci.example.test/shot.png", "observed_at": "2026-11-29T12:00:00+00:00"},
+        {**EVIDENCE[0], "excerpt": f"leaked {AWS} and password=hunter2 in the log"},
+    ])
+    viewer, _ = login("viewer")
+    html = texts(viewer.get(reverse("ledger:run_detail", args=[run["id"]])))
+    assert 'href="/claims/repo/default-branch/history/"' in html
+    assert '<img class="thumb" src="/static/stateboard/favicon.svg"' in html
+    assert 'src="https://ci.example.test/shot.png"' not in html and "not loaded" in html
+    assert "sha256:c1" in html and "sha256:i1" in html  # digests shown
+    assert AWS not in html and "hunter2" not in html and "abc.def-ghi" not in html
+    assert "[redacted]" in html and "leaked AKIA[redacted]" in html
+
+
+def test_run_page_attempts_timeline_and_compare_link():
+    failed, escalated = escalated_run(agent_driver(escalation_workflow()), "nightly")
+    viewer, _ = login("viewer")
+    html = texts(viewer.get(reverse("ledger:run_detail", args=[escalated["id"]])))
+    assert "Attempts of this intent (2)" in html
+    assert f"{reverse('ledger:run_compare')}?a={failed['id']}&amp;b={escalated['id']}" in html
+    first = texts(viewer.get(reverse("ledger:run_detail", args=[failed["id"]])))
+    assert "Compare with previous attempt" not in first
+
+
+def test_run_page_live_partial_keeps_the_anchor_and_stops_when_terminal():
+    agent, run = long_run(1)
+    viewer, _ = login("viewer")
+    html = texts(viewer.get(reverse("ledger:run_detail", args=[run["id"]])))
+    assert "every 3s" not in html  # a one-stage run is completed
+    wf = approval_workflow()
+    pending, _ = awaiting_approval_run(agent_driver(wf), "p")
+    url = reverse("ledger:run_detail", args=[pending["id"]])
+    live = texts(viewer.get(url + "?from=1", **HX))
+    assert f'hx-get="{url}?from=1"' in live and 'id="seq-1"' in live
