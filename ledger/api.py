@@ -64,7 +64,8 @@ class RunOutputSerializer(serializers.ModelSerializer):
         model = Run
         fields = ["id", "workflow", "intent", "trigger", "trigger_key", "inputs", "input_fingerprint",
                   "policy_version", "env_fingerprint", "state", "decision", "current_stage", "stage_states",
-                  "triggered_by", "created_at", "updated_at", "decided_at", "ended_at", "lease", "event_count"]
+                  "triggered_by", "created_at", "updated_at", "decided_at", "ended_at", "lease", "event_count",
+                  "staged", "goal_version"]
 
     def get_lease(self, run) -> dict:
         return {"owner": run.lease_owner, "expires_at": run.lease_expires_at}
@@ -298,6 +299,7 @@ class RunTriggerInputSerializer(serializers.Serializer):
     trigger_key = serializers.CharField(max_length=500, required=False, allow_blank=True)
     inputs = serializers.JSONField()
     env_fingerprint = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    staged = serializers.BooleanField(required=False, default=False)
 
 
 class RunListCreateApi(ListAPIView):
@@ -317,7 +319,8 @@ class RunListCreateApi(ListAPIView):
         run, created = services.run_trigger(
             workflow_slug=data["workflow"], intent=data.get("intent") or None, trigger=trigger,
             trigger_key=data.get("trigger_key") or None, inputs=data["inputs"],
-            env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(request.user))
+            env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(request.user),
+            staged=data.get("staged", False))
         return Response(_run_body(run, duplicate=not created),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 

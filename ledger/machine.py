@@ -67,6 +67,14 @@ TRANSITIONS: frozenset[tuple[str, str, str]] = frozenset({
     (S.ESCALATED, "retried", S.RESTORE),
     (S.ESCALATED, "compensate", S.COMPENSATE),
     (S.ESCALATED, "abandoned", S.ABANDONED),
+    # a new goal version (SPEC §10.1): a run between stages that owes the world nothing is decided again;
+    # one that still owed something is moved once its effects are verified, absent or compensated
+    *((state, "goal_changed", S.RESTORE) for state in GOAL_CHANGE_STATES),
+    (S.COMPENSATE, "goal_changed", S.RESTORE),
+    # rollback to a stage (SPEC §10.2): decided again, or first the isolated effects are compensated
+    *((state, "rolled_back", S.RESTORE) for state in ROLLBACK_STATES),
+    *((state, "rolled_back", S.COMPENSATE) for state in ROLLBACK_STATES),
+    (S.COMPENSATE, "compensated", S.RESTORE),
     # the lease ran out: the agent died (or no agent leased a queued run)
     *((state, "lease_expired", S.FAILED) for state in EXPIRABLE_STATES),
 })

@@ -140,6 +140,12 @@ class Run(models.Model):
     retried_at = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # SPEC §10: a staged (dry) run performs nothing; goal_version is the intent's goal the run works
+    # under; goal_outdated marks a run that still owes the world something when a newer goal arrived
+    # (it is moved to that goal once it owes nothing).
+    staged = models.BooleanField(default=False, db_default=False)
+    goal_version = models.PositiveIntegerField(null=True, blank=True)
+    goal_outdated = models.BooleanField(default=False, db_default=False)
     event_count = models.PositiveIntegerField(default=0)
     last_hash = models.CharField(max_length=64, blank=True)
 
@@ -149,7 +155,7 @@ class Run(models.Model):
             models.UniqueConstraint(fields=["workflow", "trigger_key"], name="run_unique_trigger_key"),
             models.UniqueConstraint(
                 fields=["workflow", "intent"],
-                condition=Q(state__in=HOLDING_STATES),
+                condition=Q(state__in=HOLDING_STATES, staged=False),
                 name="run_one_active_per_intent",
             ),
             models.CheckConstraint(condition=Q(state__in=RunState.values), name="run_state_valid"),
@@ -190,6 +196,8 @@ class EventKind(models.TextChoices):
     ABANDONED = "abandoned"
     EXPIRED = "expired"
     CORRECTED = "corrected"
+    ROLLED_BACK = "rolled_back"
+    GOAL_CHANGED = "goal_changed"
 
 
 STAGE_OUTCOME_KINDS = frozenset({"started", "proposed", "succeeded", "failed", "skipped", "verified", "unknown"})
@@ -245,9 +253,12 @@ class EffectStatus(models.TextChoices):
     FAILED = "failed"
     UNKNOWN = "unknown"
     COMPENSATED = "compensated"
+    ISOLATED = "isolated"
 
 
 UNVERIFIED_EFFECT_STATUSES = frozenset({"attempted", "effective", "unknown"})
+# Effects the world held but that no longer count for the run's progress (never claimed again).
+UNDONE_EFFECT_STATUSES = frozenset({"compensated", "isolated"})
 
 
 class Effect(models.Model):
@@ -295,6 +306,7 @@ class Checkpoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
     source = models.CharField(max_length=10, choices=Source.choices)
     payload = models.JSONField()
+    staged = models.BooleanField(default=False, db_default=False)  # a staged run's checkpoint: never read by real decisions
     input_fingerprint = models.CharField(max_length=64)
     policy_version = models.CharField(max_length=100)
     env_fingerprint = models.CharField(max_length=500, blank=True)
@@ -390,3 +402,49 @@ class AuditEntry(models.Model):
 
     def __str__(self):
         return f"{self.actor} {self.action} {self.outcome}"
+
+
+class Goal(models.Model):
+    """A version of an intent's goal (SPEC §10.1): immutable; the latest version counts."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="goals")
+    intent = models.CharField(max_length=500)
+    version = models.PositiveIntegerField()
+    objective = models.TextField(blank=True)
+    constraints = models.JSONField(default=list, blank=True)
+    acceptance = models.JSONField(default=list, blank=True)
+    change = models.CharField(max_length=10, default="replace")  # amend | replace
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "intent", "version"], name="goal_unique_version"),
+            models.CheckConstraint(condition=Q(version__gte=1), name="goal_version_positive"),
+        ]
+        triggers = append_only_triggers()
+
+    def __str__(self):
+        return f"goal {self.workflow_id}:{self.intent} v{self.version}"
+
+
+class StageGeneration(models.Model):
+    """How many rollbacks and compensations of an intent and fingerprint covered a stage (SPEC §1
+    Effect): the default effect key of the stage's next attempt carries it when it is >= 1.
+    A projection of the ledger's ``rolled_back`` and ``compensated`` events."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="+")
+    intent = models.CharField(max_length=500)
+    input_fingerprint = models.CharField(max_length=64)
+    stage = models.CharField(max_length=100)
+    generation = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "intent", "input_fingerprint", "stage"],
+                                    name="stage_generation_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.stage} generation {self.generation}"

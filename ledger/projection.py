@@ -29,10 +29,19 @@ def effects_replay(events: Iterable[LedgerEvent], runs: dict, effect_stages: dic
         ref = event.effect or {}
         current = effects.get(key) if key else None
         if event.kind == "compensated":
-            for effect in effects.values():
-                if effect["scope"] == (workflow_id, intent, fingerprint) \
+            listed = (event.data or {}).get("effects")  # the keys it undid (recorded since rollbacks exist)
+            for effect_key, effect in effects.items():
+                if listed is not None:
+                    if effect_key in listed:
+                        effect["status"] = "compensated"
+                elif effect["scope"] == (workflow_id, intent, fingerprint) \
                         and effect["status"] not in ("failed", "compensated"):
                     effect["status"] = "compensated"
+            continue
+        if event.kind == "rolled_back":
+            for effect_key in (event.data or {}).get("isolated") or []:
+                if effect_key in effects:
+                    effects[effect_key]["status"] = "isolated"
             continue
         if event.kind == "started" and is_effect_stage and key:
             attempts = current["attempts"] + 1 if current else 1

@@ -45,7 +45,7 @@ def checkpoint_latest(*, run):
     """The latest checkpoint of the run's intent (one indexed read, on the agents' hot path)."""
     from ledger import sql
 
-    return sql.checkpoint_latest_read(workflow_id=run.workflow_id, intent=run.intent)
+    return sql.checkpoint_latest_read(workflow_id=run.workflow_id, intent=run.intent, staged=run.staged)
 
 
 def approval_list(*, user=None, status: str | None = None):
@@ -76,9 +76,9 @@ def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
     from ledger.models import Approval, Effect, Run
 
     now = now or timezone.now()
-    runs = Run.objects.all()
-    events = LedgerEvent.objects.all()
-    effects = Effect.objects.all()
+    runs = Run.objects.filter(staged=False)  # staged (dry) runs are left out of every figure
+    events = LedgerEvent.objects.filter(run__staged=False)
+    effects = Effect.objects.all()  # a staged run writes no effect
     if workflow_slug:
         runs, effects = runs.filter(workflow__slug=workflow_slug), effects.filter(workflow__slug=workflow_slug)
         events = events.filter(run__workflow__slug=workflow_slug)
@@ -130,7 +130,7 @@ def prometheus_samples():
 
     from ledger.models import Approval, Effect, Run
 
-    runs = [({"state": r["state"]}, r["n"]) for r in Run.objects.values("state").annotate(n=Count("id"))]
+    runs = [({"state": r["state"]}, r["n"]) for r in Run.objects.filter(staged=False).values("state").annotate(n=Count("id"))]
     effects = [({"status": r["status"]}, r["n"]) for r in Effect.objects.values("status").annotate(n=Count("id"))]
     m = metrics()
     return [

@@ -163,15 +163,16 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
 def _checkpoint_latest_statement(vendor: str):
     fields = list(Checkpoint._meta.concrete_fields)
     sql = (f"SELECT {', '.join(_quote(f.column) for f in fields)} FROM {_quote(Checkpoint._meta.db_table)} "
-           f"WHERE workflow_id = %s AND intent = %s ORDER BY id DESC LIMIT 1")
+           f"WHERE workflow_id = %s AND intent = %s AND staged = %s ORDER BY id DESC LIMIT 1")
     return sql, _converted(Checkpoint, fields)
 
 
-def checkpoint_latest_read(*, workflow_id: int, intent: str) -> Checkpoint | None:
-    """The latest checkpoint of an intent, through the ``checkpoint_intent_latest`` index."""
+def checkpoint_latest_read(*, workflow_id: int, intent: str, staged: bool = False) -> Checkpoint | None:
+    """The latest checkpoint of an intent, through the ``checkpoint_intent_latest`` index (real runs
+    never see a staged run's checkpoints, nor staged runs real ones)."""
     sql, columns = _checkpoint_latest_statement(connection.vendor)
     with _cursor(write_path=False) as cursor:
-        cursor.execute(sql, [workflow_id, intent])
+        cursor.execute(sql, [workflow_id, intent, staged])
         row = cursor.fetchone()
     return from_row(Checkpoint, columns, row) if row else None
 

@@ -1,10 +1,11 @@
 from django.urls import path
 
-from ledger import api
+from ledger import api, api_goals
 
 urlpatterns = [
     path("workflows/", api.WorkflowListCreateApi.as_view(), name="workflow_list"),
     path("workflows/<slug:slug>/", api.WorkflowDetailApi.as_view(), name="workflow_detail"),
+    path("workflows/<slug:slug>/goals/", api_goals.GoalListCreateApi.as_view(), name="workflow_goals"),
     path("runs/", api.RunListCreateApi.as_view(), name="run_list"),
     path("runs/<str:run_id>/", api.RunDetailApi.as_view(), name="run_detail"),
     path("runs/<str:run_id>/events/", api.RunEventsApi.as_view(), name="run_events"),
@@ -15,6 +16,7 @@ urlpatterns = [
     path("runs/<str:run_id>/retry/", api.RunRetryApi.as_view(), name="run_retry"),
     path("runs/<str:run_id>/compensate/", api.RunCompensateApi.as_view(), name="run_compensate"),
     path("runs/<str:run_id>/abandon/", api.RunAbandonApi.as_view(), name="run_abandon"),
+    path("runs/<str:run_id>/rollback/", api_goals.RunRollbackApi.as_view(), name="run_rollback"),
     path("approvals/", api.ApprovalListApi.as_view(), name="approval_list"),
     path("approvals/<str:approval_id>/approve/", api.ApprovalApproveApi.as_view(), name="approval_approve"),
     path("approvals/<str:approval_id>/reject/", api.ApprovalRejectApi.as_view(), name="approval_reject"),

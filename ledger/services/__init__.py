@@ -1,7 +1,7 @@
 """Every write to the ledger, one module per family of verbs (lower modules never import higher ones):
 
-writer (fingerprints, hash chain, run lock, RunWriter) < escalations < checkpoints < runs
-< oncall < approvals < events.
+writer (fingerprints, hash chain, run lock, RunWriter) < versions (goal versions, stage generations)
+< escalations < checkpoints < runs < goals < oncall < approvals < rollback < events.
 """
 
 from ledger.services.approvals import (action_validate, approval_decide, approval_request, approvals_expire,
@@ -11,7 +11,9 @@ from ledger.services.checkpoints import (CHECKPOINT_FIELDS, CHECKPOINT_MAX_BYTES
                                          checkpoint_save, checkpoint_validate, checkpoints_prune)
 from ledger.services.escalations import escalation_raise
 from ledger.services.events import event_append
+from ledger.services.goals import goal_create, goals_of
 from ledger.services.oncall import compensation_plan, run_abandon, run_compensate, run_retry
+from ledger.services.rollback import rollback_preview, run_rollback
 from ledger.services.runs import recovery_input_gather, run_trigger, runs_expire_leases
 from ledger.services.writer import (GENESIS_HASH, RunWriter, chain_verify, effect_key_default, event_compute_hash,
                                     event_hash_fields, input_fingerprint, parse_moment)
@@ -20,7 +22,8 @@ __all__ = [
     "CHECKPOINT_FIELDS", "CHECKPOINT_MAX_BYTES", "GENESIS_HASH", "SUMMARY_MAX_CHARS", "RunWriter",
     "action_validate", "approval_decide", "approval_request", "approvals_expire", "audit_record", "chain_verify",
     "checkpoint_save", "checkpoint_validate", "checkpoints_prune", "compensation_plan", "effect_key_default",
-    "escalation_raise", "event_append", "event_compute_hash", "event_hash_fields", "input_fingerprint",
+    "escalation_raise", "event_append", "event_compute_hash", "event_hash_fields", "goal_create", "goals_of",
+    "input_fingerprint", "rollback_preview", "run_rollback",
     "parse_moment", "permit_find", "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate",
     "run_retry", "run_trigger", "runs_expire_leases",
 ]

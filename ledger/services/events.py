@@ -13,8 +13,11 @@ from ledger.models import (STAGE_OUTCOME_KINDS, TERMINAL_STATES, UNVERIFIED_EFFE
                            EventKind, LedgerEvent, Run)
 from ledger.services.approvals import permit_find, permit_spend
 from ledger.services.checkpoints import server_checkpoint
-from ledger.services.writer import (RunWriter, effect_key_default, illegal, parse_moment, run_lock, stage_status,
-                                    workflow_spec)
+from ledger.services.goals import goal_catch_up
+from ledger.services.rollback import compensation_done, compensation_scope
+from ledger.services.versions import stage_generation
+from ledger.services.writer import (RunWriter, effect_key_default, illegal, parse_moment, run_lock, run_spec,
+                                    stage_status)
 from stateboard.canonical import canonical_json, digest
 from stateboard.errors import Conflict, Invalid
 
@@ -81,10 +84,11 @@ class _Append:
 
     @functools.cached_property
     def spec(self) -> recovery.WorkflowSpec:
-        return workflow_spec(self.run.workflow)
+        return run_spec(self.run)
 
     def is_effect_stage(self) -> bool:
-        return self.stage in self.run.workflow.effect_stages
+        """A staged run has none: it claims no key and writes no effect (SPEC §10.3)."""
+        return self.stage in self.run.workflow.effect_stages and not self.run.staged
 
     def next_stage(self) -> str | None:
         return recovery.first_not_done(self.spec, stage_status(self.run))
@@ -127,7 +131,7 @@ class _Append:
         self.writer.transition("checkpointed", cause=self.kind)
 
     def finish_if_done(self) -> None:
-        if self.next_stage() is None:
+        if self.next_stage() is None and not self.run.goal_outdated:  # an outdated goal: moved instead
             self.writer.transition("completed", "all_stages_done", cause=self.kind)
 
 
@@ -140,7 +144,7 @@ def _claim_effect(app: _Append, event: LedgerEvent) -> str:
     if sql.rows_insert(Effect, [claim], skip_conflicts=True):
         return key
     existing = Effect.objects.select_for_update().get(idempotency_key=key)
-    if existing.status not in ("failed", "compensated"):
+    if existing.status != "failed":  # compensated and isolated keys are never claimed again (SPEC §1)
         raise Conflict("effect_exists", "This effect was already started; verify it, never re-execute it.",
                        effect=effect_out(existing))
     existing.run, existing.status, existing.attempts = run, "attempted", existing.attempts + 1
@@ -164,7 +168,7 @@ def _prepare_started(app: _Append) -> dict:
             raise illegal(run, f"Stage {stage!r} may not start now; the next stage is {expected!r}.")
     else:
         raise illegal(run, f"A stage cannot start while the run is {run.state!r}.")
-    if stage in run.workflow.approval_stages:
+    if stage in run.workflow.approval_stages and not run.staged:  # a staged run passes without a permit
         app.permit = permit_find(run=run, stage=stage, kind=Approval.Kind.HIGH_IMPACT, action=app.body.get("action"),
                                  now=app.writer.now, asked=f"{app.kind!r} on {stage!r}")
         return {"approval": str(app.permit.id)}
@@ -275,7 +279,7 @@ def _on_verified(app: _Append, event: LedgerEvent) -> None:
         app.writer.transition("verify", cause="verified")
     app.mark("verified", event, effect_key=key)
     app.writer.rows.append(server_checkpoint(run, now=now))
-    if app.next_stage() is None:
+    if app.next_stage() is None and not run.goal_outdated:
         app.writer.transition("completed", "all_stages_done", cause="verified")
     else:
         app.writer.transition("checkpointed", "effect_verified", cause="verified")
@@ -330,6 +334,9 @@ def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
         raise Conflict("client_event_id_mismatch", "This client_event_id was used with a different body.",
                        seq=original.seq)
     kind, stage = _validate_event_body(run, body)
+    if kind == "started" and (run.goal_outdated or body.get("goal_version", run.goal_version) != run.goal_version):
+        raise Conflict("goal_superseded", "The intent's goal changed: this run may start no stage under the old one.",
+                       goal_version=run.goal_version)
     if run.state in TERMINAL_STATES and kind != "corrected":
         raise illegal(run, f"The run is {run.state!r}; it accepts no more stage events.")
     now = timezone.now()
@@ -343,6 +350,8 @@ def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
         idempotency_key=_event_effect_key(run, kind, stage, body),
     )
     _HANDLERS[kind](app, event)
+    if run.goal_outdated:
+        goal_catch_up(writer)  # its effects are settled: now it moves to the new goal
     writer.renew_lease()
     writer.flush()
     claim_uris = [e["uri"] for e in event.evidence if e.get("uri", "").startswith("claim:")]
@@ -357,12 +366,18 @@ def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
 def _event_effect_key(run: Run, kind: str, stage: str, body: dict) -> str:
     """Events on an effect stage carry its idempotency key (the default key unless the agent names one)."""
     key = body.get("idempotency_key")
+    if run.staged:
+        return ""  # a staged run claims no key
     if stage not in run.workflow.effect_stages or key:
         return key or ""
     if kind != "started":
         key = (run.stage_states.get(stage) or {}).get("effect_key")
-    return key or effect_key_default(workflow_slug=run.workflow.slug, intent=run.intent,
-                                     fingerprint=run.input_fingerprint, stage=stage)
+    if key:
+        return key
+    generation = stage_generation(workflow_id=run.workflow_id, intent=run.intent, fingerprint=run.input_fingerprint,
+                                  stage=stage)
+    return effect_key_default(workflow_slug=run.workflow.slug, intent=run.intent, fingerprint=run.input_fingerprint,
+                              stage=stage, generation=generation)
 
 
 def _prepare_compensated(app: _Append) -> dict:
@@ -374,16 +389,13 @@ def _prepare_compensated(app: _Append) -> dict:
         raise Invalid("evidence_required", "'compensated' needs evidence that the undo was verified (uri, observed_at).")
     app.permit = permit_find(run=app.run, stage=app.stage, kind=Approval.Kind.COMPENSATION,
                              action=app.body.get("action"), now=app.writer.now, asked=f"{app.kind!r} on {app.stage!r}")
-    return {"approval": str(app.permit.id)}
+    keys, rollback = compensation_scope(app.run)
+    return {"approval": str(app.permit.id), "effects": keys, **({"rollback": True} if rollback else {})}
 
 
 def _on_compensated(app: _Append, event: LedgerEvent) -> None:
-    run = app.run
     permit_spend(app.permit, event)
-    (Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent, input_fingerprint=run.input_fingerprint)
-     .exclude(status__in=("failed", "compensated"))
-     .update(status="compensated", last_seq=event.seq, updated_at=event.at))
-    app.writer.transition("compensated", "compensation_verified", cause="compensated")
+    compensation_done(app.writer, event)
 
 
 _PREPARE = {"started": _prepare_started, "compensated": _prepare_compensated}

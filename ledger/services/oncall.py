@@ -9,7 +9,9 @@ from django.utils import timezone
 
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, Run
 from ledger.services.escalations import escalation_close, escalation_raise
+from ledger.services.goals import goal_adopt
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
+from ledger.services.versions import goal_latest_version
 from ledger.services.writer import RunWriter, illegal, run_lock, workflow_and_run_lock
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, Forbidden, Invalid
@@ -37,9 +39,14 @@ def run_retry(*, run_id, user, reason: str = "") -> Run:
     others = dead_leases_expire(workflow=workflow, intent=run.intent, now=now, exclude=run.id)
     writer.flush()  # the retried_at mark must be visible to the gathering below
     writer = RunWriter(run, actor, now)
+    latest_goal, reopened = goal_latest_version(workflow_id=workflow.id, intent=run.intent), ""
+    if latest_goal != run.goal_version:  # decided under the intent's latest goal (SPEC §10.1)
+        writer.emit(EventKind.GOAL_CHANGED, run.current_stage, data={"from": run.goal_version, "to": latest_goal})
+        goal_adopt(run, latest_goal, now=now)
+        reopened = "goal_changed"
     inp, context = recovery_input_gather(workflow=workflow, intent=run.intent, fingerprint=run.input_fingerprint,
                                          policy_version=run.policy_version, env_fingerprint=run.env_fingerprint,
-                                         others=others, now=now)
+                                         others=others, now=now, reopened=reopened)
     decision = decision_apply(writer, inp, context, from_state="escalated")
     writer.flush()
     escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "retry", now=now)
@@ -66,11 +73,13 @@ def run_abandon(*, run_id, user, reason: str) -> Run:
     return run
 
 
-def compensation_plan(run: Run) -> dict | None:
-    """Undo from the ledger: each effect that happened, by its recorded reference; None if not deterministic."""
-    effects = list(Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
-                                         input_fingerprint=run.input_fingerprint)
-                   .exclude(status__in=("failed", "compensated")).order_by("-claimed_seq"))
+def compensation_plan(run: Run, effects=None) -> dict | None:
+    """Undo from the ledger: each effect that happened (or the given ones), by its recorded reference;
+    None if not deterministic."""
+    if effects is None:
+        effects = Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
+                                        input_fingerprint=run.input_fingerprint).exclude(status__in=("failed", "compensated"))
+    effects = sorted(effects, key=lambda e: e.claimed_seq, reverse=True)
     if not effects or any(not e.reference for e in effects):
         return None
     undo = {"commit": "revert", "push": "revert_push", "deploy": "rollback", "publish": "unpublish"}
@@ -91,7 +100,7 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
     _, run = workflow_and_run_lock(run_id)
     if run.state not in ("escalated", "compensate"):
         raise illegal(run, f"Only an escalated run (or one in 'compensate') can be compensated; this one is {run.state!r}.")
-    holder = (Run.objects.filter(workflow_id=run.workflow_id, intent=run.intent, state__in=HOLDING_STATES)
+    holder = (Run.objects.filter(workflow_id=run.workflow_id, intent=run.intent, state__in=HOLDING_STATES, staged=False)
               .exclude(id=run.id).values_list("id", flat=True).first())
     if holder is not None:
         raise Conflict("active_run_exists", "Another run of this intent is active; compensate once it has finished.",

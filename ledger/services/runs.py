@@ -11,6 +11,7 @@ from django.utils import timezone
 from ledger import recovery, sql
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, Trigger, Workflow
 from ledger.services.escalations import escalation_raise
+from ledger.services.versions import goal_latest_version
 from ledger.services.writer import RunWriter, input_fingerprint, lease_expired, run_lock, workflow_spec
 from stateboard.canonical import canonical_json
 from stateboard.errors import Conflict, Invalid
@@ -43,8 +44,8 @@ def _failed_runs_since_progress(*, workflow_id: int, intent: str, fingerprint: s
     """Runs of this intent and fingerprint that ended failed since the later of the latest checkpoint
     and the latest on-call retry (one indexed read)."""
     rows = sql.select_rows(Run, ["state", "ended_at", "retried_at"],
-                           "workflow_id = %s AND intent = %s AND input_fingerprint = %s "
-                           "AND (state = 'failed' OR retried_at IS NOT NULL)", [workflow_id, intent, fingerprint])
+                           "workflow_id = %s AND intent = %s AND input_fingerprint = %s AND staged = %s "
+                           "AND (state = 'failed' OR retried_at IS NOT NULL)", [workflow_id, intent, fingerprint, False])
     moments = [retried for _, _, retried in rows if retried is not None]
     if checkpoint is not None:
         moments.append(checkpoint.created_at)
@@ -53,16 +54,20 @@ def _failed_runs_since_progress(*, workflow_id: int, intent: str, fingerprint: s
 
 
 def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, policy_version: str,
-                          env_fingerprint: str, others: list[Run], now: datetime) -> tuple[recovery.RecoveryInput, dict]:
-    """Read L2/L3 for (workflow, intent) into the plain data the pure decision needs (indexed reads)."""
+                          env_fingerprint: str, others: list[Run], now: datetime,
+                          reopened: str = "") -> tuple[recovery.RecoveryInput, dict]:
+    """Read L2/L3 for (workflow, intent) into the plain data the pure decision needs (indexed reads).
+    Staged runs are invisible here: their checkpoints, failed runs and holding never count (they
+    write no effects)."""
     scope = "workflow_id = %s AND intent = %s"
-    latest_two = sql.select_models(Checkpoint, scope, [workflow.id, intent], order="id DESC", limit=2)
+    real = scope + " AND staged = %s"
+    latest_two = sql.select_models(Checkpoint, real, [workflow.id, intent, False], order="id DESC", limit=2)
     latest = latest_two[0] if latest_two else None
     if latest is not None and latest.input_fingerprint == fingerprint:
         same_fp = latest
     else:
-        found = sql.select_models(Checkpoint, scope + " AND input_fingerprint = %s", [workflow.id, intent, fingerprint],
-                                  order="id DESC", limit=1)
+        found = sql.select_models(Checkpoint, real + " AND input_fingerprint = %s",
+                                  [workflow.id, intent, False, fingerprint], order="id DESC", limit=1)
         same_fp = found[0] if found else None
     effects = [
         recovery.EffectInfo(key=key, stage=stage, status=status, run_id=str(run_id))
@@ -87,7 +92,7 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
     other_runs = [
         recovery.OtherRun(id=str(r.id), state=r.state, input_fingerprint=r.input_fingerprint,
                           active=r.state in HOLDING_STATES)
-        for r in others
+        for r in others if not r.staged
     ]
     inp = recovery.RecoveryInput(
         workflow=workflow_spec(workflow), input_fingerprint=fingerprint, policy_version=policy_version,
@@ -95,7 +100,7 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
         latest_checkpoint=_checkpoint_info(latest, latest_two[1] if len(latest_two) > 1 else None, now),
         latest_checkpoint_same_fingerprint=_checkpoint_info(same_fp, None, now),
         effects=effects, failed_runs_since_progress=failed_count,
-        existing_effect_keys=existing_keys, store_version=store_version,
+        existing_effect_keys=existing_keys, store_version=store_version, reopened=reopened,
     )
     context = {"checkpoints": {c.id: c for c in (latest, same_fp) if c is not None}, "retry_count": failed_count}
     return inp, context
@@ -106,7 +111,7 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
 def dead_leases_expire(*, workflow: Workflow, intent: str, now: datetime, exclude=None) -> list[Run]:
     """Lock the intent's holding/escalated runs; move those whose lease expired to ``failed``."""
     runs = list(Run.objects.select_for_update(of=("self",)).select_related("workflow")
-                .filter(workflow=workflow, intent=intent, state__in=(*HOLDING_STATES, "escalated"))
+                .filter(workflow=workflow, intent=intent, state__in=(*HOLDING_STATES, "escalated"), staged=False)
                 .exclude(id=exclude))
     alive = []
     for run in runs:
@@ -143,13 +148,13 @@ def _initial_stage_states(decision: recovery.Decision, checkpoints: dict, effect
 def decision_apply(writer: RunWriter, inp: recovery.RecoveryInput, context: dict, *, from_state: str) -> recovery.Decision:
     decision = recovery.recovery_decide(inp)
     run = writer.run
-    effects_by_stage = {e.stage: e for e in inp.effects if e.status != "failed"}
+    effects_by_stage = {e.stage: e for e in inp.effects if e.status not in ("failed", *recovery.UNDONE)}
     run.stage_states = _initial_stage_states(decision, context["checkpoints"], effects_by_stage)
     run.decision = {**decision.as_dict(), "retry_count": context["retry_count"],
                     "max_retries": inp.workflow.max_retries}
     run.decided_at = writer.now
     run.current_stage = decision.resume_from or ""
-    nothing_found = decision.reason_code == "no_checkpoint"
+    nothing_found = decision.reason_code in ("no_checkpoint", "staged")
     if from_state in ("captured", "escalated"):
         writer.transition("restore", cause="retried" if from_state == "escalated" else "decided")
     if not nothing_found:
@@ -163,8 +168,10 @@ def decision_apply(writer: RunWriter, inp: recovery.RecoveryInput, context: dict
 
 @transaction.atomic
 def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigger: str = Trigger.API,
-                trigger_key: str | None = None, env_fingerprint: str = "", actor: str = "system") -> tuple[Run, bool]:
-    """Trigger a run: dedupe by trigger key, expire dead leases, decide, record. Returns (run, created)."""
+                trigger_key: str | None = None, env_fingerprint: str = "", actor: str = "system",
+                staged: bool = False) -> tuple[Run, bool]:
+    """Trigger a run: dedupe by trigger key, expire dead leases, decide, record. Returns (run, created).
+    A staged run (SPEC §10.3) reads and expires nothing: its decision is always fresh / staged."""
     try:
         workflow = Workflow.objects.select_for_update().get(slug=workflow_slug)
     except Workflow.DoesNotExist:
@@ -175,24 +182,33 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
     if trigger_key:
         existing = Run.objects.filter(workflow=workflow, trigger_key=trigger_key).first()
         if existing is not None:
-            if existing.intent == intent and canonical_json(existing.inputs) == canonical_json(inputs):
+            if existing.intent == intent and canonical_json(existing.inputs) == canonical_json(inputs) \
+                    and existing.staged == bool(staged):
                 return existing, False
             raise Conflict("trigger_key_mismatch",
-                           f"trigger_key {trigger_key!r} was already used with another intent or other inputs.",
-                           run=str(existing.id))
+                           f"trigger_key {trigger_key!r} was already used with another intent, other inputs "
+                           "or for the other kind of run (staged or real).", run=str(existing.id))
     else:
         trigger_key = f"{trigger}:{uuid.uuid4()}"
 
     now = timezone.now()
+    goal_version = goal_latest_version(workflow_id=workflow.id, intent=intent)
     fingerprint = input_fingerprint(workflow_slug=workflow.slug, intent=intent, inputs=inputs,
-                                    policy_version=workflow.policy_version)
-    others = dead_leases_expire(workflow=workflow, intent=intent, now=now)
-    inp, context = recovery_input_gather(workflow=workflow, intent=intent, fingerprint=fingerprint,
-                                         policy_version=workflow.policy_version,
-                                         env_fingerprint=env_fingerprint, others=others, now=now)
+                                    policy_version=workflow.policy_version, goal_version=goal_version)
+    if staged:
+        inp = recovery.RecoveryInput(workflow=workflow_spec(workflow), input_fingerprint=fingerprint,
+                                     policy_version=workflow.policy_version, env_fingerprint=env_fingerprint,
+                                     reopened="staged")
+        context = {"checkpoints": {}, "retry_count": 0}
+    else:
+        others = dead_leases_expire(workflow=workflow, intent=intent, now=now)
+        inp, context = recovery_input_gather(workflow=workflow, intent=intent, fingerprint=fingerprint,
+                                             policy_version=workflow.policy_version,
+                                             env_fingerprint=env_fingerprint, others=others, now=now)
     run = Run(workflow=workflow, intent=intent, trigger=trigger, trigger_key=trigger_key, inputs=inputs,
               input_fingerprint=fingerprint, policy_version=workflow.policy_version,
-              env_fingerprint=env_fingerprint, state="captured", triggered_by=actor, created_at=now)
+              env_fingerprint=env_fingerprint, state="captured", triggered_by=actor, created_at=now,
+              staged=bool(staged), goal_version=goal_version)
     writer = RunWriter(run, actor, now)
     decision = decision_apply(writer, inp, context, from_state="captured")
     try:
