@@ -1,11 +1,13 @@
 from django.urls import path
 
-from ledger import views, views_notifications
+from ledger import views, views_notifications, views_rollback
 
 app_name = "ledger"
 urlpatterns = [
     path("runs/", views.run_list, name="run_list"),
     path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
+    path("runs/<uuid:run_id>/goal-rollback/", views_rollback.run_goal_rollback, name="run_goal_rollback"),
+    path("runs/<uuid:run_id>/rollback/", views_rollback.run_rollback, name="run_rollback"),
     path("approvals/", views.approval_list, name="approval_list"),
     path("approvals/<uuid:approval_id>/approve/", views.approval_approve, name="approval_approve"),
     path("approvals/<uuid:approval_id>/reject/", views.approval_reject, name="approval_reject"),
