@@ -79,7 +79,8 @@ class RunOutputSerializer(serializers.ModelSerializer):
         model = Run
         fields = ["id", "workflow", "intent", "trigger", "trigger_key", "inputs", "input_fingerprint",
                   "policy_version", "env_fingerprint", "state", "decision", "current_stage", "stage_states",
-                  "triggered_by", "created_at", "updated_at", "decided_at", "ended_at", "lease", "event_count"]
+                  "triggered_by", "created_at", "updated_at", "decided_at", "ended_at", "lease", "event_count",
+                  "staged", "goal_version"]
 
     def get_lease(self, run) -> dict | None:
         if not run.lease_owner or run.is_terminal:
@@ -246,6 +247,7 @@ class RunTriggerInputSerializer(serializers.Serializer):
     trigger_key = serializers.CharField(max_length=500, required=False, allow_blank=True)
     inputs = serializers.JSONField(help_text="a JSON object")
     env_fingerprint = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    staged = serializers.BooleanField(required=False, default=False)
 
     def validate_inputs(self, value):
         if not isinstance(value, dict):
@@ -274,7 +276,8 @@ class RunListCreateApi(ListAPIView):
         run, created = services.run_trigger(
             workflow_slug=data["workflow"], intent=data.get("intent") or None, trigger=trigger,
             trigger_key=data.get("trigger_key") or None, inputs=data["inputs"],
-            env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(request.user))
+            env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(request.user),
+            staged=data.get("staged", False))
         if created:  # a duplicate decided nothing
             transaction.on_commit(functools.partial(_decision_latency_record, run.id, arrived), robust=True)
         return Response(_run_body(run, duplicate=not created),

@@ -43,6 +43,14 @@ def may_abandon(user, run) -> None:
     _oncall(user)
 
 
+ROLLBACK_ROLES = (ONCALL, OWNER)
+
+
+def may_rollback(user, run) -> None:
+    """Roll a run back to a stage (SPEC §10.2): a person who is on-call or an owner."""
+    require_person(user, *ROLLBACK_ROLES, detail="Only on-call or an owner may roll a run back.")
+
+
 def may_trigger(user, workflow=None) -> None:
     require_role(user, *TRIGGER_ROLES, detail="Viewers may not trigger runs.")
 

@@ -3,13 +3,16 @@ rebuild alike, and the status groups every reader shares."""
 
 from __future__ import annotations
 
-STATUSES = ("attempted", "effective", "verified", "failed", "unknown", "compensated")
+STATUSES = ("attempted", "effective", "verified", "failed", "unknown", "compensated", "isolated")
 # Happened (or may have) but not proven: a later run must verify these, never re-execute them.
 UNVERIFIED = frozenset({"attempted", "effective", "unknown"})
-# The world does not hold the effect (it never happened, or it was undone): the key may be claimed again.
-CLAIMABLE_AGAIN = frozenset({"failed", "compensated"})
-# The world may hold the effect: what a compensation has to undo.
-HELD = frozenset(STATUSES) - CLAIMABLE_AGAIN
+# The effect never happened: the key may be claimed again. A compensated or isolated key never is
+# (SPEC §1): the stage's next attempt runs under the next generation's key instead.
+CLAIMABLE_AGAIN = frozenset({"failed"})
+# Taken out of the run's progress (SPEC §10.2): undone by a compensation, or isolated by a rollback.
+UNDONE = frozenset({"compensated", "isolated"})
+# The world may hold the effect: what a compensation has to undo (an isolated one too).
+HELD = frozenset(STATUSES) - CLAIMABLE_AGAIN - {"compensated"}
 
 
 def effect_next(status: str | None, kind: str, *, run_state: str, reason_code: str = "") -> str | None:
@@ -21,6 +24,8 @@ def effect_next(status: str | None, kind: str, *, run_state: str, reason_code: s
         return None
     if kind == "compensated":
         return "compensated" if status in HELD else None
+    if kind == "rolled_back":  # a rollback isolates what happened at its stage or later
+        return "isolated" if status in HELD - UNDONE else None
     if status not in UNVERIFIED:
         return None
     if kind == "succeeded":

@@ -78,6 +78,20 @@ TRANSITIONS: frozenset[tuple[str, str, str]] = frozenset({
     (S.RESUME, "proposed", S.AWAITING_APPROVAL),
     (S.CHECKPOINTED, "proposed", S.AWAITING_APPROVAL),
     *((state, "executor", S.ESCALATED) for state in EXECUTOR_STATES),
+    # a staged run's proposal on an executor stage passes the stage and calls nothing (SPEC §10.3)
+    (S.FRESH, "proposed", S.EXECUTE),
+    (S.RESUME, "proposed", S.EXECUTE),
+    (S.CHECKPOINTED, "proposed", S.EXECUTE),
+    (S.EXECUTE, "proposed", S.CHECKPOINTED),
+    (S.CHECKPOINTED, "proposed", S.COMPLETED),
+    # a new goal version (SPEC §10.1): a run between stages that owes the world nothing is decided again;
+    # one that still owed something is moved once its effects are verified, absent or compensated
+    *((state, "goal_changed", S.RESTORE) for state in GOAL_CHANGE_STATES),
+    (S.COMPENSATE, "goal_changed", S.RESTORE),
+    # rollback to a stage (SPEC §10.2): decided again, or first the isolated effects are compensated
+    *((state, "rolled_back", S.RESTORE) for state in ROLLBACK_STATES),
+    *((state, "rolled_back", S.COMPENSATE) for state in ROLLBACK_STATES),
+    (S.COMPENSATE, "compensated", S.RESTORE),
     # the lease ran out: the agent died (or no agent leased a queued run)
     *((state, "lease_expired", S.FAILED) for state in EXPIRABLE_STATES),
 })

@@ -154,6 +154,12 @@ class Run(models.Model):
     ended_reason = models.CharField(max_length=100, blank=True, default="", db_default="")
     # While the executor holds an effect stage (SPEC §5.2): {stage, action, agent, lease_id, attempts, ...}.
     executor_state = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
+    # SPEC §10: a staged (dry) run performs nothing; goal_version is the intent's goal the run works
+    # under; goal_outdated marks a run that still owes the world something when a newer goal arrived
+    # (it is moved to that goal once it owes nothing).
+    staged = models.BooleanField(default=False, db_default=False)
+    goal_version = models.PositiveIntegerField(null=True, blank=True)
+    goal_outdated = models.BooleanField(default=False, db_default=False)
     event_count = models.PositiveIntegerField(default=0)
     last_hash = models.CharField(max_length=64, blank=True)
     # SPEC §7: from the trigger request's arrival to the committed `decided` event (API triggers only).
@@ -165,7 +171,7 @@ class Run(models.Model):
             models.UniqueConstraint(fields=["workflow", "trigger_key"], name="run_unique_trigger_key"),
             models.UniqueConstraint(
                 fields=["workflow", "intent"],
-                condition=Q(state__in=HOLDING_STATES),
+                condition=Q(state__in=HOLDING_STATES, staged=False),
                 name="run_one_active_per_intent",
             ),
             models.CheckConstraint(condition=Q(state__in=RunState.values), name="run_state_valid"),
@@ -208,6 +214,8 @@ class EventKind(models.TextChoices):
     EXPIRED = "expired"
     CORRECTED = "corrected"
     LEASED = "leased"
+    ROLLED_BACK = "rolled_back"
+    GOAL_CHANGED = "goal_changed"
 
 
 STAGE_OUTCOME_KINDS = frozenset({"started", "proposed", "succeeded", "failed", "skipped", "verified", "unknown"})
@@ -263,8 +271,7 @@ class EffectStatus(models.TextChoices):
     FAILED = "failed"
     UNKNOWN = "unknown"
     COMPENSATED = "compensated"
-
-
+    ISOLATED = "isolated"
 
 
 class Effect(models.Model):
@@ -312,6 +319,7 @@ class Checkpoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
     source = models.CharField(max_length=10, choices=Source.choices)
     payload = models.JSONField()
+    staged = models.BooleanField(default=False, db_default=False)  # a staged run's checkpoint: never read by real decisions
     input_fingerprint = models.CharField(max_length=64)
     policy_version = models.CharField(max_length=100)
     env_fingerprint = models.CharField(max_length=500, blank=True)
@@ -506,3 +514,7 @@ class SavedView(models.Model):
         from django.urls import reverse
 
         return reverse("ledger:run_list") + (f"?{self.query}" if self.query else "")
+# SPEC §10: goal versions and stage generations are defined beside, and importable from here.
+from ledger.models_goals import Goal, StageGeneration  # noqa: E402
+
+GOAL_MODELS = (Goal, StageGeneration)

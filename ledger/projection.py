@@ -25,11 +25,15 @@ def effects_replay(events: Iterable[LedgerEvent], runs: dict, effect_stages: dic
             state[run_id] = (event.data or {}).get("to", before)
             continue
         workflow_id, intent, fingerprint = runs[run_id]
-        if event.kind == "compensated":  # undoes every effect of the run's fingerprint the world held
-            for effect in effects.values():
-                moved = effect_next(effect["status"], "compensated", run_state=before)
-                if effect["scope"] == (workflow_id, intent, fingerprint) and moved:
-                    effect["status"] = moved
+        if event.kind in ("compensated", "rolled_back"):
+            # A compensation undoes the keys it lists (every effect of the run's fingerprint the world
+            # held, for one recorded before rollbacks existed); a rollback isolates the keys it lists.
+            data = event.data or {}
+            listed = data.get("effects") if event.kind == "compensated" else data.get("isolated") or []
+            scope = (workflow_id, intent, event.input_fingerprint or fingerprint)
+            for effect_key, effect in effects.items():
+                if (effect_key in listed) if listed is not None else effect["scope"] == scope:
+                    effect["status"] = effect_next(effect["status"], event.kind, run_state=before) or effect["status"]
             continue
         key = event.idempotency_key
         if not key or event.stage not in effect_stages.get(workflow_id, ()):
@@ -42,7 +46,7 @@ def effects_replay(events: Iterable[LedgerEvent], runs: dict, effect_stages: dic
         if event.kind == "started":
             effects[key] = current = {"stage": event.stage, "run": run_id, "system": "", "operation": "",
                                       "reference": "", "attempts": current["attempts"] + 1 if current else 1,
-                                      "scope": (workflow_id, intent, fingerprint)}
+                                      "scope": (workflow_id, intent, event.input_fingerprint or fingerprint)}
         current["status"] = moved
         for name in ("system", "operation", "reference"):
             current[name] = (event.effect or {}).get(name, current[name])

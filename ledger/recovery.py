@@ -6,10 +6,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
-from ledger.effects import UNVERIFIED
+from ledger.effects import UNDONE, UNVERIFIED
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,9 @@ class RecoveryInput:
     failed_runs_since_progress: int = 0
     existing_effect_keys: frozenset[str] = frozenset()
     store_version: int = 0
+    # Why the run is decided again, when not a plain trigger (SPEC §10): "staged" (a dry run, always
+    # fresh), "goal_changed" (a new goal version: fresh), "rolled_back" (a rollback: resume).
+    reopened: str = ""
 
 
 @dataclass(frozen=True)
@@ -108,9 +111,14 @@ def _done_status(spec: WorkflowSpec, checkpoint: CheckpointInfo | None, effects:
                  *, verified_only: bool = False) -> dict[str, str]:
     """Done stages per a checkpoint's state table plus the verified effects of the fingerprint."""
     status: dict[str, str] = {}
+    # A checkpoint's "verified" on an effect stage no longer holds once that stage's effect was
+    # isolated or compensated; only a verified effect of a later attempt makes the stage done again.
+    undone = {e.stage for e in effects if e.status in UNDONE}
     if checkpoint is not None:
         for stage in spec.stages:
             st = (checkpoint.state_table.get(stage) or {}).get("status")
+            if stage in undone and st == "verified":
+                continue
             if stage_done(spec, stage, st) and (not verified_only or (stage in spec.effect_stages and st == "verified")):
                 status[stage] = st
     for effect in effects:
@@ -139,6 +147,18 @@ def _failed_assertions(inp: RecoveryInput, cp: CheckpointInfo) -> list[str]:
 
 
 def recovery_decide(inp: RecoveryInput) -> Decision:
+    spec = inp.workflow
+    if inp.reopened == "staged":  # a dry run reads nothing and is read by nothing (SPEC §10.3)
+        return Decision("fresh", "staged", resume_from=spec.stages[0] if spec.stages else None)
+    decision = _decide(inp)
+    if inp.reopened == "goal_changed" and decision.outcome == "fresh":
+        return replace(decision, reason_code="goal_changed")
+    if inp.reopened == "rolled_back" and decision.outcome == "resume":
+        return replace(decision, reason_code="rolled_back")
+    return decision
+
+
+def _decide(inp: RecoveryInput) -> Decision:
     spec = inp.workflow
     fp = inp.input_fingerprint
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from knowledge import selectors as knowledge_selectors
 from ledger import effects, recovery
-from ledger.models import Effect, Run
+from ledger.models import Effect, Goal, Run
 from ledger.selectors import checkpoint_latest
 from stateboard.errors import Invalid
 
@@ -49,7 +49,13 @@ def _effect_item(effect: Effect) -> dict:
 
 
 def _goal(run: Run) -> dict:
-    return {"inputs": run.inputs}
+    """The run's inputs and, when its intent has goal versions, the one it works under (SPEC §10.1)."""
+    goal = {"inputs": run.inputs}
+    if run.goal_version is not None:
+        found = Goal.objects.filter(workflow_id=run.workflow_id, intent=run.intent, version=run.goal_version).first()
+        if found is not None:
+            goal.update(objective=found.objective, constraints=found.constraints, acceptance=found.acceptance)
+    return goal
 
 
 def _scoped_claims(run: Run, *, user, now: datetime) -> tuple[list[dict], list[dict]]:
@@ -108,7 +114,7 @@ def resume_packet(*, run: Run, user, budget_tokens: int = BUDGET_DEFAULT, now: d
         and checkpoint.input_fingerprint == run.input_fingerprint else []
     packet = {
         "run": {"id": str(run.id), "workflow": workflow.slug, "intent": run.intent, "state": run.state,
-                "staged": bool(getattr(run, "staged", False)), "goal_version": getattr(run, "goal_version", None)},
+                "staged": run.staged, "goal_version": run.goal_version},
         "decision": run.decision or {},
         "goal": _goal(run),
         "stages": stages,

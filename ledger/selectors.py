@@ -44,16 +44,19 @@ def run_detail(*, run_id):
 
 
 def intent_holding_runs(*, workflow, intent: str):
-    """The intent's runs that hold its work or wait on a human (holding states and ``escalated``):
-    what a trigger must see (and lock) before it decides."""
+    """The intent's real runs that hold its work or wait on a human (holding states and ``escalated``):
+    what a trigger must see (and lock) before it decides. Staged runs never count (SPEC §10.3)."""
     from ledger.models import HOLDING_STATES
 
-    return Run.objects.filter(workflow=workflow, intent=intent, state__in=(*HOLDING_STATES, "escalated"))
+    return Run.objects.filter(workflow=workflow, intent=intent, state__in=(*HOLDING_STATES, "escalated"),
+                              staged=False)
 
 
 def checkpoint_latest(*, run):
-    """The latest checkpoint of the run's intent (one read through ``checkpoint_intent_latest``)."""
-    return Checkpoint.objects.filter(workflow_id=run.workflow_id, intent=run.intent).order_by("-id").first()
+    """The latest checkpoint of the run's intent (one read through ``checkpoint_intent_latest``);
+    real runs never see a staged run's checkpoints, nor staged runs real ones (SPEC §10.3)."""
+    return (Checkpoint.objects.filter(workflow_id=run.workflow_id, intent=run.intent, staged=run.staged)
+            .order_by("-id").first())
 
 
 def approval_list(*, status: str | None = None):
@@ -104,9 +107,9 @@ def recovery_accuracy() -> dict | None:
 def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
     """SPEC §7, computed from the ledger and its projections (P95 and recovery accuracy are None without data)."""
     now = now or timezone.now()
-    runs = Run.objects.all()
-    events = LedgerEvent.objects.all()
-    effects = Effect.objects.all()
+    runs = Run.objects.filter(staged=False)  # staged (dry) runs are left out of every figure
+    events = LedgerEvent.objects.filter(run__staged=False)
+    effects = Effect.objects.all()  # a staged run writes no effect
     if workflow_slug:
         runs, effects = runs.filter(workflow__slug=workflow_slug), effects.filter(workflow__slug=workflow_slug)
         events = events.filter(run__workflow__slug=workflow_slug)
@@ -151,7 +154,8 @@ def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
 
 def prometheus_samples():
     """(name, help, type, [(labels, value)]) for /metrics. A figure with no data is left out (SPEC §7)."""
-    runs = [({"state": r["state"]}, r["n"]) for r in Run.objects.values("state").annotate(n=Count("id"))]
+    runs = [({"state": r["state"]}, r["n"])
+            for r in Run.objects.filter(staged=False).values("state").annotate(n=Count("id"))]
     effects = [({"status": r["status"]}, r["n"]) for r in Effect.objects.values("status").annotate(n=Count("id"))]
     m = metrics()
     accuracy = m["recovery_accuracy"]

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from ledger import views, views_notifications
+from ledger import views, views_notifications, views_rollback
 
 app_name = "ledger"
 urlpatterns = [
@@ -9,6 +9,8 @@ urlpatterns = [
     path("runs/views/", views.saved_view_create, name="saved_view_create"),
     path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
     re_path(r"^runs/(?P<prefix>[0-9a-fA-F-]{4,35})/$", views.run_prefix, name="run_prefix"),
+    path("runs/<uuid:run_id>/goal-rollback/", views_rollback.run_goal_rollback, name="run_goal_rollback"),
+    path("runs/<uuid:run_id>/rollback/", views_rollback.run_rollback, name="run_rollback"),
     path("approvals/", views.approval_list, name="approval_list"),
     path("approvals/<uuid:approval_id>/approve/", views.approval_approve, name="approval_approve"),
     path("approvals/<uuid:approval_id>/reject/", views.approval_reject, name="approval_reject"),

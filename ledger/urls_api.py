@@ -1,10 +1,11 @@
 from django.urls import path
 
-from ledger import api, api_notifications, api_resume
+from ledger import api, api_goals, api_notifications, api_resume
 
 urlpatterns = [
     path("workflows/", api.WorkflowListCreateApi.as_view(), name="workflow_list"),
     path("workflows/<slug:slug>/", api.WorkflowDetailApi.as_view(), name="workflow_detail"),
+    path("workflows/<slug:slug>/goals/", api_goals.GoalListCreateApi.as_view(), name="workflow_goals"),
     path("runs/", api.RunListCreateApi.as_view(), name="run_list"),
     path("runs/lease/", api.RunLeaseApi.as_view(), name="run_lease"),
     path("runs/<uuid:run_id>/", api.RunDetailApi.as_view(), name="run_detail"),
@@ -17,6 +18,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/retry/", api.RunRetryApi.as_view(), name="run_retry"),
     path("runs/<uuid:run_id>/compensate/", api.RunCompensateApi.as_view(), name="run_compensate"),
     path("runs/<uuid:run_id>/abandon/", api.RunAbandonApi.as_view(), name="run_abandon"),
+    path("runs/<uuid:run_id>/rollback/", api_goals.RunRollbackApi.as_view(), name="run_rollback"),
     path("approvals/", api.ApprovalListApi.as_view(), name="approval_list"),
     path("approvals/<uuid:approval_id>/approve/", api.ApprovalApproveApi.as_view(), name="approval_approve"),
     path("approvals/<uuid:approval_id>/reject/", api.ApprovalRejectApi.as_view(), name="approval_reject"),

@@ -18,8 +18,8 @@ from knowledge.models import Claim, ClaimHead
 from ledger import authorizers as ledger_authorizers
 from ledger.models import Approval, AuditEntry, Run, Workflow
 from stateboard.roles import allowed
-from tests.browser.scenarios import (ACTION, agent_driver, approval_workflow, awaiting_approval_run, escalated_run,
-                                     escalation_workflow)
+from tests.browser.scenarios import (ACTION, agent_driver, approval_workflow, awaiting_approval_run, completed_run,
+                                     escalated_run, escalation_workflow)
 from tests.factories import client_for, make_agent, make_operator, make_workflow, unique
 from tests.knowledge.conftest import iso, proposal
 
@@ -55,6 +55,11 @@ def _escalated(people):
     _, run = escalated_run(agent_driver(escalation_workflow()), unique("nightly"))
     approval = Approval.objects.get(run_id=run["id"], kind=Approval.Kind.ESCALATION, status="pending")
     return {"run": run["id"], "approval": str(approval.id)}
+
+
+def _completed(people):
+    workflow = escalation_workflow()
+    return {"run": completed_run(agent_driver(workflow), workflow, unique("release"))["id"]}
 
 
 def _fresh_run(people):
@@ -160,6 +165,11 @@ CASES = {
     "retry": Case(A[L + "may_retry"], _escalated, _run, **_oncall("retry")),
     "compensate": Case(A[L + "may_compensate"], _escalated, _run, **_oncall("compensate")),
     "abandon": Case(A[L + "may_abandon"], _escalated, _run, **_oncall("abandon")),
+    "rollback": Case(A[L + "may_rollback"], _completed, _run,
+                     api=lambda c, m: _post(c, f"/api/v1/runs/{m['run']}/rollback/", {"to_stage": "build",
+                                                                                      "reason": "matrix"}),
+                     page=lambda c, m: c.post(reverse("ledger:run_rollback", args=[m["run"]]),
+                                              {"to_stage": "build", "reason": "matrix"}, **HX)),
     "trigger": Case(A[L + "may_trigger"], _workflow, lambda m: Workflow.objects.get(slug=m["slug"]),
                     api=lambda c, m: _post(c, "/api/v1/runs/", {"workflow": m["slug"], "inputs": {"n": unique("n")}})),
     "append_event": Case(A[L + "may_append_event"], _fresh_run, _run, api=lambda c, m: _post(

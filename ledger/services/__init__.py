@@ -1,7 +1,8 @@
 """Every write to the ledger, one module per family of verbs (lower modules never import higher ones):
 
-notifications, outbox < writer (fingerprints, hash chain, run lock, RunWriter) < audit < escalations < checkpoints < runs
-< leases < oncall < approvals < handoff < events < executor < workflows.
+notifications, outbox < writer (fingerprints, hash chain, run lock, RunWriter) < versions (goal versions,
+stage generations) < audit < escalations < checkpoints < runs < goals < leases < oncall < approvals < rollback
+< handoff < events < executor < workflows.
 """
 
 from ledger.services.approvals import (action_validate, approval_decide, approval_request, approvals_expire,
@@ -13,10 +14,12 @@ from ledger.services.escalations import escalation_raise
 from ledger.services.events import event_append
 from ledger.services.notifications import approval_notify, notification_read, notifications_send
 from ledger.services.executor import executor_run, executor_sweep
+from ledger.services.goals import goal_create, goals_of
 from ledger.services.leases import run_lease
 from ledger.services.outbox import outbox_put, outbox_relay
 from ledger.services.workflows import workflow_create, workflow_update, workflow_validate
 from ledger.services.oncall import compensation_plan, run_abandon, run_compensate, run_retry
+from ledger.services.rollback import rollback_preview, run_rollback
 from ledger.services.runs import recovery_input_gather, run_trigger, runs_expire_leases, schedule_tick
 from ledger.services.writer import (GENESIS_HASH, RunWriter, chain_verify, effect_key_default, event_compute_hash,
                                     event_hash_fields, input_fingerprint, parse_moment)
@@ -25,9 +28,9 @@ __all__ = [
     "CHECKPOINT_FIELDS", "CHECKPOINT_MAX_BYTES", "GENESIS_HASH", "SUMMARY_MAX_CHARS", "RunWriter",
     "action_validate", "approval_decide", "approval_request", "approvals_expire", "audit_record", "chain_verify",
     "checkpoint_save", "checkpoint_validate", "checkpoints_prune", "compensation_plan", "effect_key_default",
-    "escalation_raise", "event_append", "event_compute_hash", "event_hash_fields", "input_fingerprint",
+    "escalation_raise", "event_append", "event_compute_hash", "event_hash_fields", "goal_create", "goals_of",
+    "input_fingerprint", "rollback_preview", "run_rollback",
     "parse_moment", "permit_find", "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate",
-    "run_retry", "run_trigger", "runs_expire_leases",
     "approval_notify", "notification_read", "notifications_send",
     "run_retry", "run_trigger", "runs_expire_leases", "executor_run", "executor_sweep", "run_lease", "outbox_put",
     "outbox_relay", "schedule_tick", "workflow_create", "workflow_update", "workflow_validate",

@@ -63,6 +63,8 @@ def _approval_out(approval: Approval) -> dict:
 def approval_request(*, run_id, kind: str, stage: str, action, actor: str, user=None) -> tuple[Approval, bool]:
     """An agent asks for a human decision; a high-impact request puts the run in ``awaiting_approval``."""
     run = run_lock(run_id)
+    if run.staged:
+        raise Conflict("staged_run", "A staged run performs nothing; its approval stages pass without a permit.")
     if kind not in (Approval.Kind.HIGH_IMPACT, Approval.Kind.COMPENSATION):
         raise Invalid("invalid_kind", "kind must be 'high_impact' or 'compensation' (escalations are raised by Stateboard).")
     action = action_validate(action)

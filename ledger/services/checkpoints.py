@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from ledger import recovery, sql
 from ledger.models import TERMINAL_STATES, Checkpoint, Run
-from ledger.services.writer import illegal, parse_moment, run_lock, run_read, stage_status, workflow_spec
+from ledger.services.writer import illegal, parse_moment, run_lock, run_read, run_spec, stage_status
 from stateboard.canonical import canonical_json
 from stateboard.errors import Invalid
 
@@ -32,7 +32,7 @@ TRANSCRIPT_FIELDS = frozenset({
 def server_checkpoint(run: Run, *, now: datetime) -> Checkpoint:
     """Derived from the run's ledger projection, so recovery works for agents that never save one.
     Returned unsaved: the run writer inserts it with the events."""
-    spec = workflow_spec(run.workflow)
+    spec = run_spec(run)
     status = stage_status(run)
     done = [s for s in spec.stages if recovery.stage_done(spec, s, status.get(s))]
     next_stage = recovery.first_not_done(spec, status)
@@ -61,7 +61,7 @@ def checkpoint_build(run: Run, *, payload: dict, source: str, now: datetime,
         payload = {**payload, "version_boundary": version_boundary}
     checkpoint = Checkpoint(
         workflow_id=run.workflow_id, intent=run.intent, run_id=run.id, source=source, payload=payload,
-        input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
+        staged=run.staged, input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
         env_fingerprint=run.env_fingerprint, version_boundary=version_boundary,
         created_at=now, expires_at=expires_at)
     return checkpoint
@@ -168,7 +168,7 @@ def checkpoint_save(*, run_id, payload: dict, actor: str) -> Checkpoint:
             return checkpoint
     checkpoint = Checkpoint(
         workflow_id=run.workflow_id, intent=run.intent, run_id=run.id, source=Checkpoint.Source.AGENT,
-        payload=clean, input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
+        payload=clean, staged=run.staged, input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
         env_fingerprint=run.env_fingerprint, version_boundary=boundary, created_at=now,
         expires_at=expires_at or now)
     ttl = None if expires_at else run.workflow.checkpoint_ttl_seconds

@@ -12,11 +12,14 @@ from knowledge import services as knowledge_services
 from ledger import effects, recovery, sql
 from ledger.models import (STAGE_OUTCOME_KINDS, TERMINAL_STATES, Approval, Effect,
                            EventKind, LedgerEvent, Run)
-from ledger.services.approvals import permit_find, permit_spend
+from ledger.services.approvals import action_validate, permit_find, permit_spend
 from ledger.services.checkpoints import server_checkpoint
+from ledger.services.goals import goal_catch_up
 from ledger.services.handoff import executor_handoff
+from ledger.services.rollback import compensation_done, compensation_scope
+from ledger.services.versions import stage_generation
 from ledger.services.writer import (EXECUTOR, RunWriter, effect_key_default, illegal, lease_fail, lease_lapse,
-                                    parse_moment, run_lock, stage_status, workflow_spec)
+                                    parse_moment, run_lock, run_spec, stage_status)
 from stateboard.canonical import canonical_json, digest
 from stateboard.errors import Conflict, Invalid
 
@@ -83,10 +86,11 @@ class _Append:
 
     @functools.cached_property
     def spec(self) -> recovery.WorkflowSpec:
-        return workflow_spec(self.run.workflow)
+        return run_spec(self.run)
 
     def is_effect_stage(self) -> bool:
-        return self.stage in self.run.workflow.effect_stages
+        """A staged run has none: it claims no key and writes no effect (SPEC §10.3)."""
+        return self.stage in self.run.workflow.effect_stages and not self.run.staged
 
     def next_stage(self) -> str | None:
         return recovery.first_not_done(self.spec, stage_status(self.run))
@@ -129,7 +133,7 @@ class _Append:
         self.writer.transition("checkpointed", cause=self.kind)
 
     def finish_if_done(self) -> None:
-        if self.next_stage() is None:
+        if self.next_stage() is None and not self.run.goal_outdated:  # an outdated goal: moved instead
             self.writer.transition("completed", "all_stages_done", cause=self.kind)
 
 
@@ -170,7 +174,7 @@ def _prepare_started(app: _Append) -> dict:
             raise illegal(run, f"Stage {stage!r} may not start now; the next stage is {expected!r}.")
     else:
         raise illegal(run, f"A stage cannot start while the run is {run.state!r}.")
-    if stage in run.workflow.approval_stages:
+    if stage in run.workflow.approval_stages and not run.staged:  # a staged run passes without a permit
         app.permit = permit_find(run=run, stage=stage, kind=Approval.Kind.HIGH_IMPACT, action=app.body.get("action"),
                                  now=app.writer.now, asked=f"{app.kind!r} on {stage!r}")
         return {"approval": str(app.permit.id)}
@@ -281,7 +285,7 @@ def _on_verified(app: _Append, event: LedgerEvent) -> None:
         app.writer.transition("verify", cause="verified")
     app.mark("verified", event, effect_key=key)
     app.writer.rows.append(server_checkpoint(run, now=now))
-    if app.next_stage() is None:
+    if app.next_stage() is None and not run.goal_outdated:
         app.writer.transition("completed", "all_stages_done", cause="verified")
     else:
         app.writer.transition("checkpointed", "effect_verified", cause="verified")
@@ -295,6 +299,14 @@ def _on_proposed(app: _Append, event: LedgerEvent) -> None:
     if run.state not in ("fresh", "resume", "checkpointed") or app.stage != app.next_stage():
         raise illegal(run, f"{app.stage!r} can be proposed when it is the next stage "
                             f"(run is {run.state!r}, next stage {app.next_stage()!r}).")
+    if run.staged:  # a staged run's proposal passes the stage and calls nothing (SPEC §10.3)
+        action_validate(app.body.get("action"), params=True)
+        run.current_stage = app.stage
+        app.writer.transition("execute", cause="proposed")
+        app.mark("succeeded", event, proposed=True)
+        app.after_pass(event)
+        app.finish_if_done()
+        return
     executor_handoff(app.writer, stage=app.stage, action=app.body.get("action"), proposal_seq=event.seq)
 
 
@@ -330,9 +342,10 @@ def _validate_event_body(run: Run, body: dict) -> tuple[str, str]:
 def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
     """Append an agent's event; returns (event, created). A retried client_event_id returns the original.
 
-    Checks run in this order: a repeated client_event_id, then the lease, then the transition. An event
-    from the holder after its lease ran out is refused with 409 ``lease_expired`` *after* the run's move
-    to ``failed`` has committed — the one write a refused request makes."""
+    Checks run in this order: a repeated client_event_id, then the lease, then the goal (SPEC §10.1),
+    then the transition. An event from the holder after its lease ran out is refused with 409
+    ``lease_expired`` *after* the run's move to ``failed`` has committed — the one write a refused
+    request makes."""
     with transaction.atomic():
         result = _event_append(run_id=run_id, body=body, actor=actor)
     if isinstance(result, Conflict):
@@ -385,6 +398,9 @@ def _event_append(*, run_id, body: dict, actor: str):
     if refusal is not None:
         return refusal
     kind, stage = _validate_event_body(run, body)
+    if kind == "started" and (run.goal_outdated or body.get("goal_version", run.goal_version) != run.goal_version):
+        raise Conflict("goal_superseded", "The intent's goal changed: this run may start no stage under the old one.",
+                       goal_version=run.goal_version)
     if run.state in TERMINAL_STATES and kind != "corrected":
         raise illegal(run, f"The run is {run.state!r}; it accepts no more stage events.")
     if stage in (run.workflow.executors or {}) and actor != EXECUTOR and kind not in ("proposed", "skipped",
@@ -401,6 +417,7 @@ def _event_append(*, run_id, body: dict, actor: str):
         idempotency_key=_event_effect_key(run, kind, stage, body),
     )
     _HANDLERS[kind](app, event)
+    goal_catch_up(writer)  # a run that kept an outdated goal moves once its effects are settled
     writer.renew_lease()
     writer.flush()
     claim_uris = [e["uri"] for e in event.evidence if e.get("uri", "").startswith("claim:")]
@@ -413,12 +430,18 @@ def _event_append(*, run_id, body: dict, actor: str):
 def _event_effect_key(run: Run, kind: str, stage: str, body: dict) -> str:
     """Events on an effect stage carry its idempotency key (the default key unless the agent names one)."""
     key = body.get("idempotency_key")
+    if run.staged:
+        return ""  # a staged run claims no key
     if stage not in run.workflow.effect_stages or key:
         return key or ""
     if kind != "started":
         key = (run.stage_states.get(stage) or {}).get("effect_key")
-    return key or effect_key_default(workflow_slug=run.workflow.slug, intent=run.intent,
-                                     fingerprint=run.input_fingerprint, stage=stage)
+    if key:
+        return key
+    generation = stage_generation(workflow_id=run.workflow_id, intent=run.intent, fingerprint=run.input_fingerprint,
+                                  stage=stage)
+    return effect_key_default(workflow_slug=run.workflow.slug, intent=run.intent, fingerprint=run.input_fingerprint,
+                              stage=stage, generation=generation)
 
 
 def _prepare_compensated(app: _Append) -> dict:
@@ -430,17 +453,13 @@ def _prepare_compensated(app: _Append) -> dict:
         raise Invalid("evidence_required", "'compensated' needs evidence that the undo was verified (uri, observed_at).")
     app.permit = permit_find(run=app.run, stage=app.stage, kind=Approval.Kind.COMPENSATION,
                              action=app.body.get("action"), now=app.writer.now, asked=f"{app.kind!r} on {app.stage!r}")
-    return {"approval": str(app.permit.id)}
+    keys, rollback = compensation_scope(app.run)
+    return {"approval": str(app.permit.id), "effects": keys, **({"rollback": True} if rollback else {})}
 
 
 def _on_compensated(app: _Append, event: LedgerEvent) -> None:
-    run = app.run
     permit_spend(app.permit, event)
-    target, sources = effects.effect_moves("compensated", run_state=run.state)
-    (Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent, input_fingerprint=run.input_fingerprint,
-                           status__in=sources)
-     .update(status=target, last_seq=event.seq, updated_at=event.at))
-    app.writer.transition("compensated", "compensation_verified", cause="compensated")
+    compensation_done(app.writer, event)
 
 
 _PREPARE = {"started": _prepare_started, "compensated": _prepare_compensated}

@@ -203,9 +203,10 @@ def _record_verify(run_id, stage: str, p: _Pass, outcome: Outcome) -> str:
 
 
 def _release(run: Run, state: dict, now: datetime) -> None:
-    """The stage is done: the run is the agent's again, under its lease, which restarts now."""
+    """The stage is done: the run is the agent's again, under its lease, which restarts now (unless
+    the verification moved it to a newer goal, SPEC §10.1: then it waits queued for any agent)."""
     changes = {"executor_state": {}}
-    if not run.is_terminal:
+    if not run.is_terminal and run.queued_until is None:
         changes.update(lease_owner=state.get("agent", ""), lease_id=state.get("lease_id"),
                        lease_expires_at=now + timedelta(seconds=run.workflow.lease_seconds))
     Run.objects.filter(id=run.id).update(**changes)

@@ -10,6 +10,7 @@ from django.utils import timezone
 from ledger import authorizers, effects
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, Run
 from ledger.services.escalations import escalation_close, escalation_raise
+from ledger.services.goals import goal_latest_adopt
 from ledger.services.notifications import approval_notify
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
 from ledger.services.writer import RunWriter, illegal, run_lock, workflow_and_run_lock
@@ -38,9 +39,10 @@ def run_retry(*, run_id, user, reason: str = "") -> Run:
     others = dead_leases_expire(workflow=workflow, intent=run.intent, now=now, exclude=run.id)
     writer.flush()  # the retried_at mark must be visible to the gathering below
     writer = RunWriter(run, actor, now)
+    reopened = goal_latest_adopt(writer)  # decided under the intent's latest goal (SPEC §10.1)
     inp, context = recovery_input_gather(workflow=workflow, intent=run.intent, fingerprint=run.input_fingerprint,
                                          policy_version=run.policy_version, env_fingerprint=run.env_fingerprint,
-                                         others=others, now=now)
+                                         others=others, now=now, reopened=reopened)
     decision = decision_apply(writer, inp, context, from_state="escalated")
     writer.flush()
     escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "retry", now=now)
@@ -67,11 +69,13 @@ def run_abandon(*, run_id, user, reason: str) -> Run:
     return run
 
 
-def compensation_plan(run: Run) -> dict | None:
-    """Undo from the ledger: each effect that happened, by its recorded reference; None if not deterministic."""
-    held = list(Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
-                                      input_fingerprint=run.input_fingerprint, status__in=effects.HELD)
-                .order_by("-claimed_seq"))
+def compensation_plan(run: Run, held=None) -> dict | None:
+    """Undo from the ledger: each effect that happened (or the ``held`` ones given, e.g. a rollback's
+    isolated effects), by its recorded reference; None if not deterministic."""
+    if held is None:
+        held = Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
+                                     input_fingerprint=run.input_fingerprint, status__in=effects.HELD)
+    held = sorted(held, key=lambda e: e.claimed_seq, reverse=True)
     if not held or any(not e.reference for e in held):
         return None
     undo = {"commit": "revert", "push": "revert_push", "deploy": "rollback", "publish": "unpublish"}
@@ -92,7 +96,7 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
     actor, role = _oncall(user, run, authorizers.may_compensate)
     if run.state not in ("escalated", "compensate"):
         raise illegal(run, f"Only an escalated run (or one in 'compensate') can be compensated; this one is {run.state!r}.")
-    holder = (Run.objects.filter(workflow_id=run.workflow_id, intent=run.intent, state__in=HOLDING_STATES)
+    holder = (Run.objects.filter(workflow_id=run.workflow_id, intent=run.intent, state__in=HOLDING_STATES, staged=False)
               .exclude(id=run.id).values_list("id", flat=True).first())
     if holder is not None:
         raise Conflict("active_run_exists", "Another run of this intent is active; compensate once it has finished.",

@@ -13,6 +13,7 @@ from knowledge.selectors import store_version as knowledge_store_version
 from ledger import recovery, selectors, sql
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, Trigger, Workflow
 from ledger.services.escalations import escalation_raise
+from ledger.services.versions import goal_latest_version
 from ledger.services.writer import (RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock,
                                     workflow_spec)
 from stateboard.canonical import canonical_json
@@ -47,9 +48,9 @@ def _failed_runs_since_progress(*, workflow_id: int, intent: str, fingerprint: s
     and the latest on-call retry (one indexed read). A queued run no agent leased never ran: it does
     not count."""
     rows = sql.select_rows(Run, ["state", "ended_at", "retried_at"],
-                           "workflow_id = %s AND intent = %s AND input_fingerprint = %s "
+                           "workflow_id = %s AND intent = %s AND input_fingerprint = %s AND staged = %s "
                            "AND ((state = 'failed' AND ended_reason <> 'not_leased') OR retried_at IS NOT NULL)",
-                           [workflow_id, intent, fingerprint])
+                           [workflow_id, intent, fingerprint, False])
     moments = [retried for _, _, retried in rows if retried is not None]
     if checkpoint is not None:
         moments.append(checkpoint.created_at)
@@ -58,16 +59,20 @@ def _failed_runs_since_progress(*, workflow_id: int, intent: str, fingerprint: s
 
 
 def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, policy_version: str,
-                          env_fingerprint: str, others: list[Run], now: datetime) -> tuple[recovery.RecoveryInput, dict]:
-    """Read L2/L3 for (workflow, intent) into the plain data the pure decision needs (indexed reads)."""
+                          env_fingerprint: str, others: list[Run], now: datetime,
+                          reopened: str = "") -> tuple[recovery.RecoveryInput, dict]:
+    """Read L2/L3 for (workflow, intent) into the plain data the pure decision needs (indexed reads).
+    Staged runs are invisible here: their checkpoints, failed runs and holding never count (they
+    write no effects)."""
     scope = "workflow_id = %s AND intent = %s"
-    latest_two = sql.select_models(Checkpoint, scope, [workflow.id, intent], order="id DESC", limit=2)
+    real = scope + " AND staged = %s"
+    latest_two = sql.select_models(Checkpoint, real, [workflow.id, intent, False], order="id DESC", limit=2)
     latest = latest_two[0] if latest_two else None
     if latest is not None and latest.input_fingerprint == fingerprint:
         same_fp = latest
     else:
-        found = sql.select_models(Checkpoint, scope + " AND input_fingerprint = %s", [workflow.id, intent, fingerprint],
-                                  order="id DESC", limit=1)
+        found = sql.select_models(Checkpoint, real + " AND input_fingerprint = %s",
+                                  [workflow.id, intent, False, fingerprint], order="id DESC", limit=1)
         same_fp = found[0] if found else None
     effects = [
         recovery.EffectInfo(key=key, stage=stage, status=status, run_id=str(run_id))
@@ -90,7 +95,7 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
     other_runs = [
         recovery.OtherRun(id=str(r.id), state=r.state, input_fingerprint=r.input_fingerprint,
                           active=r.state in HOLDING_STATES)
-        for r in others
+        for r in others if not r.staged
     ]
     inp = recovery.RecoveryInput(
         workflow=workflow_spec(workflow), input_fingerprint=fingerprint, policy_version=policy_version,
@@ -98,7 +103,7 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
         latest_checkpoint=_checkpoint_info(latest, latest_two[1] if len(latest_two) > 1 else None, now),
         latest_checkpoint_same_fingerprint=_checkpoint_info(same_fp, None, now),
         effects=effects, failed_runs_since_progress=failed_count,
-        existing_effect_keys=existing_keys, store_version=store_version,
+        existing_effect_keys=existing_keys, store_version=store_version, reopened=reopened,
     )
     context = {"checkpoints": {c.id: c for c in (latest, same_fp) if c is not None}, "retry_count": failed_count}
     return inp, context
@@ -143,16 +148,19 @@ def _initial_stage_states(decision: recovery.Decision, checkpoints: dict, effect
     return states
 
 
-def decision_apply(writer: RunWriter, inp: recovery.RecoveryInput, context: dict, *, from_state: str) -> recovery.Decision:
+def decision_apply(writer: RunWriter, inp: recovery.RecoveryInput, context: dict, *, from_state: str,
+                   queued: bool = False) -> recovery.Decision:
+    """Decide and record; a run to work on is handed out (``queued``: queued for any agent, as a run
+    decided again by a goal change or a rollback is, SPEC §10)."""
     decision = recovery.recovery_decide(inp)
     run = writer.run
-    effects_by_stage = {e.stage: e for e in inp.effects if e.status != "failed"}
+    effects_by_stage = {e.stage: e for e in inp.effects if e.status not in ("failed", *recovery.UNDONE)}
     run.stage_states = _initial_stage_states(decision, context["checkpoints"], effects_by_stage)
     run.decision = {**decision.as_dict(), "retry_count": context["retry_count"],
                     "max_retries": inp.workflow.max_retries}
     run.decided_at = writer.now
     run.current_stage = decision.resume_from or ""
-    nothing_found = decision.reason_code == "no_checkpoint"
+    nothing_found = decision.reason_code in ("no_checkpoint", "staged")
     if from_state in ("captured", "escalated"):
         writer.transition("restore", cause="retried" if from_state == "escalated" else "decided")
     if not nothing_found:
@@ -160,14 +168,16 @@ def decision_apply(writer: RunWriter, inp: recovery.RecoveryInput, context: dict
     writer.emit(EventKind.DECIDED, reason_code=decision.reason_code, data=run.decision)
     writer.transition(decision.outcome, decision.reason_code, cause="decided")
     if decision.outcome in ("fresh", "resume", "verify_only"):
-        writer.hand_out()
+        writer.queue() if queued else writer.hand_out()
     return decision
 
 
 @transaction.atomic
 def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigger: str = Trigger.API,
-                trigger_key: str | None = None, env_fingerprint: str = "", actor: str = "system") -> tuple[Run, bool]:
-    """Trigger a run: dedupe by trigger key, expire dead leases, decide, record. Returns (run, created)."""
+                trigger_key: str | None = None, env_fingerprint: str = "", actor: str = "system",
+                staged: bool = False) -> tuple[Run, bool]:
+    """Trigger a run: dedupe by trigger key, expire dead leases, decide, record. Returns (run, created).
+    A staged run (SPEC §10.3) reads and expires nothing: its decision is always fresh / staged."""
     try:
         workflow = Workflow.objects.select_for_update().get(slug=workflow_slug)
     except Workflow.DoesNotExist:
@@ -178,7 +188,7 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
     if trigger_key:
         existing = Run.objects.filter(workflow=workflow, trigger_key=trigger_key).first()
         same = existing is not None and existing.intent == intent and \
-            canonical_json(existing.inputs) == canonical_json(inputs)
+            canonical_json(existing.inputs) == canonical_json(inputs) and existing.staged == bool(staged)
         if same:
             return existing, False
         if trigger_key.startswith("schedule:") and trigger != Trigger.SCHEDULE:
@@ -186,21 +196,29 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
                                                   "only a duplicate of the tick's run is accepted.")
         if existing is not None:
             raise Conflict("trigger_key_mismatch",
-                           f"trigger_key {trigger_key!r} was already used with another intent or other inputs.",
-                           run=str(existing.id))
+                           f"trigger_key {trigger_key!r} was already used with another intent, other inputs "
+                           "or for the other kind of run (staged or real).", run=str(existing.id))
     else:
         trigger_key = f"{trigger}:{uuid.uuid4()}"
 
     now = timezone.now()
+    goal_version = goal_latest_version(workflow_id=workflow.id, intent=intent)
     fingerprint = input_fingerprint(workflow_slug=workflow.slug, intent=intent, inputs=inputs,
-                                    policy_version=workflow.policy_version)
-    others = dead_leases_expire(workflow=workflow, intent=intent, now=now)
-    inp, context = recovery_input_gather(workflow=workflow, intent=intent, fingerprint=fingerprint,
-                                         policy_version=workflow.policy_version,
-                                         env_fingerprint=env_fingerprint, others=others, now=now)
+                                    policy_version=workflow.policy_version, goal_version=goal_version)
+    if staged:
+        inp = recovery.RecoveryInput(workflow=workflow_spec(workflow), input_fingerprint=fingerprint,
+                                     policy_version=workflow.policy_version, env_fingerprint=env_fingerprint,
+                                     reopened="staged")
+        context = {"checkpoints": {}, "retry_count": 0}
+    else:
+        others = dead_leases_expire(workflow=workflow, intent=intent, now=now)
+        inp, context = recovery_input_gather(workflow=workflow, intent=intent, fingerprint=fingerprint,
+                                             policy_version=workflow.policy_version,
+                                             env_fingerprint=env_fingerprint, others=others, now=now)
     run = Run(workflow=workflow, intent=intent, trigger=trigger, trigger_key=trigger_key, inputs=inputs,
               input_fingerprint=fingerprint, policy_version=workflow.policy_version,
-              env_fingerprint=env_fingerprint, state="captured", triggered_by=actor, created_at=now)
+              env_fingerprint=env_fingerprint, state="captured", triggered_by=actor, created_at=now,
+              staged=bool(staged), goal_version=goal_version)
     writer = RunWriter(run, actor, now)
     decision = decision_apply(writer, inp, context, from_state="captured")
     try:

@@ -25,12 +25,18 @@ GENESIS_HASH = "0" * 64
 
 # ---------------------------------------------------------------- fingerprints and hashes
 
-def input_fingerprint(*, workflow_slug: str, intent: str, inputs, policy_version: str) -> str:
-    return digest({"workflow": workflow_slug, "intent": intent, "inputs": inputs, "policy_version": policy_version})
+def input_fingerprint(*, workflow_slug: str, intent: str, inputs, policy_version: str,
+                      goal_version: int | None = None) -> str:
+    """SHA-256 of {workflow, intent, inputs, policy_version}, with goal_version when the run has one."""
+    fields = {"workflow": workflow_slug, "intent": intent, "inputs": inputs, "policy_version": policy_version}
+    if goal_version is not None:
+        fields["goal_version"] = goal_version
+    return digest(fields)
 
 
-def effect_key_default(*, workflow_slug: str, intent: str, fingerprint: str, stage: str) -> str:
-    return digest([workflow_slug, intent, fingerprint, stage])
+def effect_key_default(*, workflow_slug: str, intent: str, fingerprint: str, stage: str, generation: int = 0) -> str:
+    """[workflow, intent, fingerprint, stage], with the stage's generation appended when it is >= 1."""
+    return digest([workflow_slug, intent, fingerprint, stage, *([generation] if generation >= 1 else [])])
 
 
 def _iso(value: datetime) -> str:
@@ -55,7 +61,8 @@ def event_compute_hash(event: LedgerEvent) -> str:
 
 RUN_MUTABLE_FIELDS = ("state", "current_stage", "stage_states", "event_count", "last_hash", "lease_owner",
                       "lease_expires_at", "updated_at", "ended_at", "decision", "decided_at", "retried_at",
-                      "lease_id", "queued_at", "queued_until", "ended_reason", "executor_state")
+                      "lease_id", "queued_at", "queued_until", "ended_reason", "executor_state",
+                      "input_fingerprint", "goal_version", "goal_outdated")
 # The lease owner while the executor performs an effect stage (SPEC §5.2).
 EXECUTOR = "system:executor"
 
@@ -130,10 +137,12 @@ class RunWriter:
 
     def renew_lease(self) -> None:
         """Every event of the holder renews its lease, except while a human decides a pending request
-        or the executor holds the run."""
+        or the executor holds the run, and when the event queued the run (it was decided again by a
+        goal change or a rollback's compensation, SPEC §10: an agent leases it anew)."""
         run = self.run
         waiting_for_human = run.state == "awaiting_approval" and run.lease_expires_at is None
-        if run.state in TERMINAL_STATES or waiting_for_human or run.lease_owner == EXECUTOR:
+        if run.state in TERMINAL_STATES or waiting_for_human or run.lease_owner == EXECUTOR \
+                or run.queued_until is not None:
             return
         if run.lease_owner != self.actor or run.lease_id is None:
             run.lease_owner, run.lease_id = self.actor, uuid.uuid4()
@@ -161,6 +170,13 @@ class RunWriter:
 
 def workflow_spec(workflow: Workflow) -> recovery.WorkflowSpec:
     return recovery.WorkflowSpec(tuple(workflow.stages), frozenset(workflow.effect_stages), workflow.max_retries)
+
+
+def run_spec(run: Run) -> recovery.WorkflowSpec:
+    """The workflow as this run sees it: a staged run has no effect stages (it performs nothing, so a
+    stage that would change the world is done once it succeeded, SPEC §10.3)."""
+    spec = workflow_spec(run.workflow)
+    return recovery.WorkflowSpec(spec.stages, frozenset(), spec.max_retries) if run.staged else spec
 
 
 def stage_status(run: Run) -> dict[str, str]:

@@ -113,3 +113,34 @@ def test_executor_record_handler_hands_the_run_back_to_the_agent():
     assert after["lease"]["id"] == lease_id
     driver.pass_stage(run["id"], "verify")
     assert driver.run(run["id"])["state"] == "completed"
+
+
+def test_executor_stage_under_a_goal_change_finishes_then_the_run_is_queued(monkeypatch):
+    """A goal changes while the executor performs the stage: the run owes the world that effect, so it is
+    verified under the old goal first; then it moves (fresh / goal_changed) and is queued for an agent,
+    not handed back to the agent that proposed."""
+    from ledger import services
+    from ledger.executor.record import RecordHandler
+
+    wf = make_workflow(stages=["build", "deploy", "verify"], effect_stages=["deploy"], approval_stages=[],
+                       executors={"deploy": {"handler": "record", "config": {}}})
+    driver = AgentDriver(client_for(make_agent("proposer")[1]), wf.slug)
+    run = driver.trigger()
+    driver.pass_stage(run["id"], "build")
+    owner, _ = make_operator("owner")
+    answers = []
+    original = RecordHandler.execute
+
+    def execute_while_the_goal_changes(self, action, key, context):
+        _, moves = services.goal_create(workflow_slug=wf.slug, intent=wf.slug, objective="new", user=owner)
+        answers.append(moves)
+        return original(self, action, key, context)
+
+    monkeypatch.setattr(RecordHandler, "execute", execute_while_the_goal_changes)
+    driver.event(run["id"], "deploy", "proposed", action={k: v for k, v in ACTION.items() if k != "params"})
+    assert answers == [{"moved": [], "deferred": [run["id"]]}]  # in execute: it keeps its goal
+    assert Effect.objects.get(run_id=run["id"]).status == "verified"
+    moved = Run.objects.get(id=run["id"])
+    assert moved.state == "fresh" and moved.decision["reason_code"] == "goal_changed" and moved.goal_version == 1
+    assert moved.lease_owner == "" and moved.queued_until is not None and moved.executor_state == {}
+    assert driver.lease()["id"] == run["id"]

@@ -57,6 +57,13 @@ def test_run_writer_refuses_a_move_outside_the_table():
     ("verified", "compensated", "compensate", "", "compensated"),
     ("failed", "compensated", "compensate", "", None),
     ("verified", "succeeded", "execute", "", None),
+    ("compensated", "started", "checkpointed", "", None),  # never claimed again (SPEC §1)
+    ("isolated", "started", "checkpointed", "", None),
+    ("verified", "rolled_back", "completed", "", "isolated"),
+    ("unknown", "rolled_back", "failed", "", "isolated"),
+    ("failed", "rolled_back", "completed", "", None),
+    ("compensated", "rolled_back", "completed", "", None),
+    ("isolated", "compensated", "compensate", "", "compensated"),
 ])
 def test_effect_next_follows_the_spec(status, kind, state, reason, expected):
     """SPEC §1 effect statuses: attempted → effective → verified, failed/unknown/compensated."""
@@ -69,3 +76,5 @@ def test_effect_moves_groups_sources_by_one_target():
     assert target == "verified" and sources == effects.UNVERIFIED
     target, sources = effects.effect_moves("compensated", run_state="compensate")
     assert target == "compensated" and sources == effects.HELD
+    target, sources = effects.effect_moves("rolled_back", run_state="completed")
+    assert target == "isolated" and sources == effects.HELD - effects.UNDONE

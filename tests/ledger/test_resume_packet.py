@@ -123,3 +123,24 @@ def test_resume_packet_api_answers_the_packet_and_refuses_bad_budgets():
     response = api.get(url, {"budget_tokens": 200})
     assert response.status_code == 422 and response.json()["code"] == "budget_too_small"
     assert api.get("/api/v1/runs/not-a-uuid/resume-packet/").status_code == 404
+
+
+def test_resume_packet_carries_the_runs_goal_version_and_staged_flag():
+    """SPEC §9.2/§10.1: the packet names the goal version the run works under, with its objective,
+    constraints and acceptance criteria; a staged run says so; a goal-less intent has inputs only."""
+    workflow = make_workflow(stages=["build"], effect_stages=[], approval_stages=[])
+    owner, _ = make_operator("owner")
+    agent_user, _ = make_agent()
+    actor = f"agent:{agent_user.username}"
+    plain, _ = services.run_trigger(workflow_slug=workflow.slug, intent="no-goal", inputs={"v": 1}, actor=actor)
+    packet = resume_packet(run=plain, user=agent_user)
+    assert packet["goal"] == {"inputs": {"v": 1}} and packet["run"]["goal_version"] is None
+    services.goal_create(workflow_slug=workflow.slug, intent="post", objective="Publish", constraints=["no paywalls"],
+                         acceptance=["cites sources"], change="replace", user=owner)
+    services.goal_create(workflow_slug=workflow.slug, intent="post", acceptance=["under 800 words"], user=owner)
+    staged, _ = services.run_trigger(workflow_slug=workflow.slug, intent="post", inputs={"v": 2}, actor=actor,
+                                     staged=True)
+    packet = resume_packet(run=staged, user=agent_user)
+    assert packet["run"]["staged"] is True and packet["run"]["goal_version"] == 2
+    assert packet["goal"] == {"inputs": {"v": 2}, "objective": "Publish", "constraints": ["no paywalls"],
+                              "acceptance": ["cites sources", "under 800 words"]}

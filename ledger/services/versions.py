@@ -1,0 +1,35 @@
+"""Goal versions and stage generations: the small reads the fingerprint and the default effect key need.
+
+Below every verb that triggers, decides or claims (SPEC §1, §10): a run's fingerprint includes the
+intent's latest goal version, and a stage's default effect key carries its generation once a
+rollback or a compensation covered it, so an isolated or compensated key is never claimed again.
+"""
+
+from __future__ import annotations
+
+from django.db.models import F
+
+from ledger.models import Goal, StageGeneration
+
+
+def goal_latest_version(*, workflow_id: int, intent: str) -> int | None:
+    """The intent's latest goal version, or None when it has none."""
+    return (Goal.objects.filter(workflow_id=workflow_id, intent=intent)
+            .order_by("-version").values_list("version", flat=True).first())
+
+
+def stage_generation(*, workflow_id: int, intent: str, fingerprint: str, stage: str) -> int:
+    """Rollbacks and compensations of this intent and fingerprint that covered the stage (0 if none)."""
+    found = (StageGeneration.objects.filter(workflow_id=workflow_id, intent=intent, input_fingerprint=fingerprint,
+                                            stage=stage).values_list("generation", flat=True).first())
+    return found or 0
+
+
+def generations_bump(*, workflow_id: int, intent: str, fingerprint: str, stages) -> None:
+    """One more rollback or compensation covered these stages (callers hold the workflow or run lock)."""
+    for stage in sorted(set(stages)):
+        row, created = StageGeneration.objects.get_or_create(
+            workflow_id=workflow_id, intent=intent, input_fingerprint=fingerprint, stage=stage,
+            defaults={"generation": 1})
+        if not created:
+            StageGeneration.objects.filter(id=row.id).update(generation=F("generation") + 1)
