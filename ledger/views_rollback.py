@@ -51,7 +51,8 @@ def _run(run_id) -> Run:
 def run_goal_rollback(request, run_id):
     """The panel alone (htmx loads it; ``?to_stage=`` refreshes the rollback preview)."""
     run = _run(run_id)
-    return render(request, PARTIAL, goal_rollback_context(run, request.user, request.GET.get("to_stage")))
+    template = PARTIAL if request.htmx else "ledger/run_goal_rollback.html"  # without JS: a whole page
+    return render(request, template, goal_rollback_context(run, request.user, request.GET.get("to_stage")))
 
 
 def _run_page(request) -> str:
