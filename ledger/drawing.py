@@ -3,8 +3,8 @@
 States sit on a fixed grid; every edge of ``machine.EDGES`` is a quadratic curve whose bend is
 chosen to clear the other boxes, and its label (the causes, plus the ledger ``seq`` of each
 transition event that took it) is slid along the curve until it overlaps neither a box nor
-another label. Edges whose only cause is ``lease_expired`` (from every holding state to
-``failed``) are summed up in one legend line and drawn only when the run took one.
+another label. Edges whose only causes are ``lease_expired``, ``goal_changed`` or ``rolled_back`` (they reach
+many states at once) are summed up in one legend line and drawn only when the run took one.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ CHAR_W, LABEL_H = 6.0, 14.0
 BAD = frozenset({"failed", "escalated", "abandoned"})
 GOOD = frozenset({"completed", "compensated", "noop"})
 LEASE = "lease_expired"
+# Causes that reach many states at once (a lapsed lease, a goal change, a rollback): their edges are
+# summed up in the legend and drawn only when the run took one.
+RARE = frozenset({LEASE, "goal_changed", "rolled_back"})
 
 
 def _box(state: str) -> tuple[float, float, float, float]:
@@ -120,8 +123,9 @@ def state_machine(transitions: list[tuple[int, dict]], current: str) -> dict:
         taken.setdefault((a, b), []).append(seq)
         path.append(b)
     visited = set(path)
-    lease_only = {(a, b) for a, b in machine.EDGES if machine.causes(a, b) == [LEASE]}
-    pairs = sorted({*(e for e in machine.EDGES if e not in lease_only or e in taken),
+    rare_only = {(a, b) for a, b in machine.EDGES if set(machine.causes(a, b)) <= RARE}
+    lease_only = {(a, b) for a, b in rare_only if machine.causes(a, b) == [LEASE]}
+    pairs = sorted({*(e for e in machine.EDGES if e not in rare_only or e in taken),
                     *(e for e in taken if e[0] in GRID and e[1] in GRID)})
     blocked = [_box(s) for s in GRID]
     edges = []
@@ -154,5 +158,7 @@ def state_machine(transitions: list[tuple[int, dict]], current: str) -> dict:
     return {
         "nodes": nodes, "edges": edges, "path": path, "box_w": BOX_W, "box_h": BOX_H,
         "width": WIDTH, "height": HEIGHT,
-        "legend": f"{LEASE}: any of {', '.join(lease_from)} → failed (drawn when taken)" if lease_from else "",
+        "legend": (f"{LEASE}: any of {', '.join(lease_from)} → failed; goal_changed: a run between stages → "
+                   "restore; rolled_back: a finished run → restore or compensate (drawn when taken)"
+                   if lease_from else ""),
     }

@@ -16,7 +16,7 @@ WINDOWS = {"24h": (timedelta(hours=24), 24), "7d": (timedelta(days=7), 28), "30d
 def series(*, window: str, now=None) -> dict:
     """Per workflow and bucket: runs triggered, completed, failed or escalated, P95 trigger→decision (ms)."""
     from ledger.models import Run
-    from ledger.selectors import _percentile
+    from stateboard.stats import percentile
 
     span, count = WINDOWS[window]
     now = now or timezone.now()
@@ -38,7 +38,7 @@ def series(*, window: str, now=None) -> dict:
             latencies.setdefault((slug, i), []).append((decided - created).total_seconds() * 1000)
     for slug, buckets in per.items():
         for i, bucket in enumerate(buckets):
-            bucket["p95_ms"] = _percentile(latencies.get((slug, i), []), 0.95)
+            bucket["p95_ms"] = percentile(latencies.get((slug, i), []), 0.95)
     return {"since": since, "now": now, "starts": starts, "workflows": per}
 
 

@@ -10,10 +10,13 @@ def _overlaps(a, b) -> bool:
 
 
 def test_drawing_edges_are_the_machine_edges():
-    """Every edge of the machine is drawn (lease_expired-only edges summed up in the legend)."""
+    """Every edge of the machine is drawn (edges of the many-state causes summed up in the legend),
+    and one of those is drawn once the run took it."""
     drawn = {(e["from"], e["to"]) for e in drawing.state_machine([], "captured")["edges"]}
-    lease_only = {(a, b) for a, b in machine.EDGES if machine.causes(a, b) == ["lease_expired"]}
-    assert drawn == set(machine.EDGES) - lease_only
+    rare_only = {(a, b) for a, b in machine.EDGES if set(machine.causes(a, b)) <= drawing.RARE}
+    assert drawn == set(machine.EDGES) - rare_only
+    taken = drawing.state_machine([(7, {"from": "completed", "to": "restore"})], "restore")["edges"]
+    assert ("completed", "restore") in {(e["from"], e["to"]) for e in taken}
     assert all(state in drawing.GRID for pair in machine.EDGES for state in pair)
 
 
