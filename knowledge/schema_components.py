@@ -19,7 +19,7 @@ class ClaimScopeSerializer(serializers.Serializer):
 
 
 class ClaimProposalSerializer(serializers.Serializer):
-    """A proposal to the write gate: every reason it fails is answered at once (422 ``write_gate_rejected``)."""
+    """A proposal to the write gate: every reason it fails is answered at once (422 `write_gate_rejected`)."""
 
     key = serializers.CharField(max_length=300, help_text="stable subject id; dots, slashes and colons are fine")
     statement = serializers.CharField(max_length=4000)

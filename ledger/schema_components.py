@@ -27,7 +27,7 @@ BATCH_MAX = 100
 # ---------------------------------------------------------------- errors
 
 class ErrorSerializer(serializers.Serializer):
-    """Every API error (SPEC §8). Branch on ``code``; ``detail`` is for people. Some codes add fields."""
+    """Every API error (SPEC §8). Branch on `code`; `detail` is for people. Some codes add fields."""
 
     code = serializers.CharField(help_text="stable snake_case code, e.g. `effect_exists`")
     detail = serializers.CharField(help_text="a human message")
@@ -35,7 +35,8 @@ class ErrorSerializer(serializers.Serializer):
                                     help_text="`write_gate_rejected`: every reason at once, each {code, field, "
                                               "detail}; `approval_void`: why the permit is void")
     index = serializers.IntegerField(required=False, help_text="a refused batch: the position of the refused event")
-    errors = serializers.DictField(required=False, help_text="`validation_error`: the errors per field")
+    errors = serializers.JSONField(required=False, help_text="`validation_error`: the errors per field; "
+                                                             "`entries_invalid`: per entry, with its `index`")
 
 
 @dataclass(frozen=True)
