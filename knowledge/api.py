@@ -3,13 +3,15 @@
 from urllib.parse import urlencode
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from knowledge import authorizers, selectors, services
 from knowledge.models import Claim
+from knowledge.schema_components import (OPS, ClaimDetailSerializer, ClaimProposalSerializer, ClaimRefreshSerializer,
+                                         ReconcileResultSerializer, ReconcileSerializer)
+from ledger.schema_components import operation, page_of
 from stateboard.errors import NotFound, Refused
 from stateboard.refusals import refusals
 from stateboard.roles import AGENT, ANY, OWNER
@@ -106,7 +108,8 @@ class ClaimListProposeApi(APIView):
         derived_from = serializers.JSONField(required=False)
         ledger_event = serializers.JSONField(required=False)
 
-    @extend_schema(parameters=[FilterSerializer], responses=ClaimOutput(many=True))
+    @operation(OPS["claims_list"], parameters=[FilterSerializer], responses={200: page_of(
+        "ClaimList", ClaimOutput, store_version=serializers.IntegerField(help_text="the store's version now"))})
     def get(self, request):
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
@@ -129,7 +132,7 @@ class ClaimListProposeApi(APIView):
             next_url = request.build_absolute_uri(f"{request.path}?{urlencode(query)}")
         return Response({"results": results, "next": next_url, "store_version": selectors.store_version()})
 
-    @extend_schema(request=ProposeInputSerializer, responses={201: ClaimOutput})
+    @operation(OPS["claims_create"], request=ClaimProposalSerializer, responses={201: ClaimOutput})
     @refusals("claim_propose", audit=(Refused,))
     def post(self, request):
         authorizers.may_propose(request.user)
@@ -144,7 +147,7 @@ class ClaimDetailApi(APIView):
 
     roles = {"GET": ANY}
 
-    @extend_schema(responses={200: OpenApiResponse(description="current version and full history")})
+    @operation(OPS["claims_retrieve"], responses={200: ClaimDetailSerializer})
     def get(self, request, key: str):
         detail = selectors.claim_detail(user=request.user, key=key)
         if detail is None:
@@ -188,7 +191,7 @@ class ClaimRefreshApi(APIView):
         derived_from = serializers.JSONField(required=False)
         reason = serializers.CharField(required=False, allow_blank=True)
 
-    @extend_schema(request=ClaimRefreshInputSerializer, responses=ClaimOutput)
+    @operation(OPS["claims_refresh_create"], request=ClaimRefreshSerializer, responses={200: ClaimOutput})
     @refusals("claim_refresh")
     def post(self, request, key: str):
         authorizers.may_refresh(request.user, key)
@@ -208,7 +211,7 @@ class ClaimAcceptApi(APIView):
     class ClaimAcceptInputSerializer(serializers.Serializer):
         version = serializers.IntegerField(required=False, min_value=1)
 
-    @extend_schema(request=ClaimAcceptInputSerializer, responses=ClaimOutput)
+    @operation(OPS["claims_accept_create"], request=ClaimAcceptInputSerializer, responses={200: ClaimOutput})
     @refusals("claim_accept")
     def post(self, request, key: str):
         data = self.ClaimAcceptInputSerializer(data=request.data)
@@ -229,7 +232,7 @@ class ClaimInvalidateApi(APIView):
     authorizer = authorizers.may_invalidate
     InputSerializer = TombstoneInputSerializer
 
-    @extend_schema(request=InputSerializer, responses=ClaimOutput)
+    @operation(OPS["claims_invalidate_create"], request=InputSerializer, responses={200: ClaimOutput})
     @refusals("claim_invalidate")
     def post(self, request, key: str):
         authorizers.may_invalidate(request.user, key)
@@ -246,7 +249,7 @@ class ClaimRevokeApi(APIView):
     authorizer = authorizers.may_revoke
     InputSerializer = TombstoneInputSerializer
 
-    @extend_schema(request=InputSerializer, responses=ClaimOutput)
+    @operation(OPS["claims_revoke_create"], request=InputSerializer, responses={200: ClaimOutput})
     @refusals("claim_revoke")
     def post(self, request, key: str):
         authorizers.may_revoke(request.user, key)
@@ -266,7 +269,7 @@ class KnowledgeReconcileApi(APIView):
         checkpoint = serializers.JSONField(required=False, allow_null=True)
         version_boundary = serializers.IntegerField(required=False, allow_null=True, min_value=0)
 
-    @extend_schema(request=ReconcileInputSerializer, responses={200: OpenApiResponse(description="per-key outcomes and counts")})
+    @operation(OPS["knowledge_reconcile_create"], request=ReconcileSerializer, responses={200: ReconcileResultSerializer})
     def post(self, request):
         data = self.ReconcileInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)

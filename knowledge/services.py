@@ -41,6 +41,7 @@ SNAPSHOT_ONLY_FIELDS = frozenset({
     "policy_version", "reason", "pending_reasons", "reviews",
 })
 KEY_MAX_LENGTH = Claim._meta.get_field("key").max_length
+GATE_DECISION_KEY_MAX = GateDecision._meta.get_field("key").max_length
 REFRESH_FIELDS = ["observed_at", "refresh_after", "source_refs", "statement", "ledger_event",
                   "retention_until", "derived_from", "reason"]
 
@@ -271,8 +272,9 @@ def _decision_record(**fields) -> GateDecision:
 
 def _decision(*, action: str, user, key, result: gate.GateResult, now: datetime,
               payload=None, claim: Claim | None = None) -> GateDecision:
+    # A key too long for a claim is one reason of a rejection: the log keeps its start, the payload all of it.
     return GateDecision(
-        at=now, action=action, actor=actor_for(user), key=key if isinstance(key, str) else "",
+        at=now, action=action, actor=actor_for(user), key=key[:GATE_DECISION_KEY_MAX] if isinstance(key, str) else "",
         outcome=result.outcome, reasons=result.reasons, pending_reasons=result.pending_reasons,
         policy_version=result.policy_version,
         # As sent, made JSON-safe (a service caller may pass datetimes).

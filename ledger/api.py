@@ -7,7 +7,7 @@ from datetime import timezone as dt_timezone
 from django.db import transaction
 from django.utils import timezone
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.pagination import CursorPagination
@@ -17,6 +17,10 @@ from rest_framework.views import APIView
 from ledger import authorizers, selectors, services
 from ledger.filters import RunFilter, StrictFilterBackend
 from ledger.models import Approval, Effect, LedgerEvent, Run, Trigger, Workflow
+from ledger.schema_components import (EVENT_INPUT_OR_BATCH, METRICS, ApprovalRequestSerializer, ChainReportSerializer,
+                                      CheckpointPayloadSerializer, CheckpointSerializer, one_or_many, operation,
+                                      page_of)
+from ledger.schema_operations import OPS
 from stateboard.errors import Invalid, NotFound, Refused
 from stateboard.refusals import approval_subject, refusals
 from stateboard.roles import AGENT, ANY, OWNER, actor_for, has_role
@@ -194,13 +198,13 @@ class WorkflowListCreateApi(APIView):
     roles = {"GET": ANY, "POST": ANY}
     authorizer = authorizers.may_edit_workflow
 
-    @extend_schema(responses=WorkflowOutputSerializer(many=True))
+    @operation(OPS["workflows_list"], responses={200: page_of("WorkflowList", WorkflowOutputSerializer)})
     def get(self, request):
         workflows = Workflow.objects.select_related("owner")
         return Response({"results": WorkflowOutputSerializer(workflows, many=True, context={"request": request}).data,
                          "next": None})
 
-    @extend_schema(request=WorkflowInputSerializer, responses={201: WorkflowOutputSerializer})
+    @operation(OPS["workflows_create"], request=WorkflowInputSerializer, responses={201: WorkflowOutputSerializer})
     @refusals("workflow_create", audit=(Refused,))
     def post(self, request):
         authorizers.may_edit_workflow(request.user)
@@ -219,14 +223,15 @@ class WorkflowDetailApi(APIView):
     roles = {"GET": ANY, "PATCH": ANY}
     authorizer = authorizers.may_edit_workflow
 
-    @extend_schema(responses=WorkflowOutputSerializer)
+    @operation(OPS["workflows_retrieve"], responses={200: WorkflowOutputSerializer})
     def get(self, request, slug):
         workflow = Workflow.objects.select_related("owner").filter(slug=slug).first()
         if workflow is None:
             raise NotFound("workflow_not_found", f"No workflow {slug!r}.")
         return Response(WorkflowOutputSerializer(workflow, context={"request": request}).data)
 
-    @extend_schema(request=WorkflowPatchInputSerializer, responses=WorkflowOutputSerializer)
+    @operation(OPS["workflows_partial_update"], request=WorkflowPatchInputSerializer,
+               responses={200: WorkflowOutputSerializer})
     @refusals("workflow_update", audit=(Refused,))
     def patch(self, request, slug):
         authorizers.may_edit_workflow(request.user)
@@ -255,6 +260,7 @@ class RunTriggerInputSerializer(serializers.Serializer):
         return value
 
 
+@extend_schema_view(get=operation(OPS["runs_list"], responses={200: RunOutputSerializer}))
 class RunListCreateApi(ListAPIView):
     roles = {"GET": ANY, "POST": ANY}
     authorizer = authorizers.may_trigger
@@ -266,7 +272,8 @@ class RunListCreateApi(ListAPIView):
     def get_queryset(self):
         return selectors.run_list()
 
-    @extend_schema(request=RunTriggerInputSerializer, responses={201: RunOutputSerializer, 200: RunOutputSerializer})
+    @operation(OPS["runs_create"], request=RunTriggerInputSerializer,
+               responses={201: RunOutputSerializer, 200: RunOutputSerializer})
     @refusals("trigger", audit=(Refused,))
     def post(self, request):
         authorizers.may_trigger(request.user)
@@ -294,8 +301,8 @@ class RunLeaseApi(APIView):
 
     roles = {"POST": {AGENT}}
 
-    @extend_schema(request=RunLeaseInputSerializer, responses={200: RunDetailOutputSerializer,
-                                                               204: OpenApiResponse(description="no queued run")})
+    @operation(OPS["runs_lease_create"], request=RunLeaseInputSerializer,
+               responses={200: RunDetailOutputSerializer, 204: OpenApiResponse(description="no queued run")})
     def post(self, request):
         data = _validated(RunLeaseInputSerializer, request)
         run = services.run_lease(actor=actor_for(request.user), workflows=data.get("workflows") or None,
@@ -313,7 +320,7 @@ def _decision_latency_record(run_id, arrived: float) -> None:
 class RunDetailApi(APIView):
     roles = {"GET": ANY}
 
-    @extend_schema(responses=RunDetailOutputSerializer)
+    @operation(OPS["runs_retrieve"], responses={200: RunDetailOutputSerializer})
     def get(self, request, run_id):
         try:
             run = selectors.run_detail(run_id=run_id)
@@ -322,6 +329,7 @@ class RunDetailApi(APIView):
         return Response(RunDetailOutputSerializer(run).data)
 
 
+@extend_schema_view(get=operation(OPS["runs_events_list"], responses={200: EventOutputSerializer}))
 class RunEventsApi(ListAPIView):
     roles = {"GET": ANY, "POST": ANY}
     authorizer = authorizers.may_append_event
@@ -331,13 +339,9 @@ class RunEventsApi(ListAPIView):
     def get_queryset(self):
         return selectors.run_events(run=_get_run(self.kwargs["run_id"]))
 
-    @extend_schema(request=inline_serializer("EventInput", {
-        "client_event_id": serializers.CharField(required=False), "stage": serializers.CharField(),
-        "kind": serializers.CharField(), "effect": serializers.JSONField(required=False),
-        "evidence": serializers.JSONField(required=False), "reason_code": serializers.CharField(required=False),
-        "data": serializers.JSONField(required=False), "idempotency_key": serializers.CharField(required=False),
-        "action": serializers.JSONField(required=False)}),
-        responses={201: EventOutputSerializer, 200: EventOutputSerializer})
+    @operation(OPS["runs_events_create"], request=EVENT_INPUT_OR_BATCH,
+               responses={201: one_or_many("EventOrBatch", EventOutputSerializer),
+                          200: one_or_many("EventOrBatch", EventOutputSerializer)})
     @refusals("event_append", audit=(Refused,))
     def post(self, request, run_id):
         authorizers.may_append_event(request.user, run_id)
@@ -349,9 +353,7 @@ class RunEventsApi(ListAPIView):
 class RunVerifyChainApi(APIView):
     roles = {"GET": ANY}
 
-    @extend_schema(responses=inline_serializer("ChainReport", {
-        "ok": serializers.BooleanField(), "events": serializers.IntegerField(),
-        "first_bad_seq": serializers.IntegerField(allow_null=True)}))
+    @operation(OPS["runs_verify_chain_retrieve"], responses={200: ChainReportSerializer})
     def get(self, request, run_id):
         return Response(services.chain_verify(run=_get_run(run_id)))
 
@@ -371,8 +373,8 @@ class RunCheckpointCreateApi(APIView):
     roles = {"POST": ANY}
     authorizer = authorizers.may_save_checkpoint
 
-    @extend_schema(request=inline_serializer("CheckpointInput", {"state_table": serializers.JSONField()}),
-                   responses={201: OpenApiResponse(description="the saved checkpoint")})
+    @operation(OPS["runs_checkpoints_create"], request=CheckpointPayloadSerializer,
+               responses={201: CheckpointSerializer})
     @refusals("checkpoint_save", audit=(Refused,))
     def post(self, request, run_id):
         authorizers.may_save_checkpoint(request.user, run_id)
@@ -383,7 +385,7 @@ class RunCheckpointCreateApi(APIView):
 class RunCheckpointLatestApi(APIView):
     roles = {"GET": ANY}
 
-    @extend_schema(responses={200: OpenApiResponse(description="the latest checkpoint of the run's intent")})
+    @operation(OPS["runs_checkpoint_retrieve"], responses={200: CheckpointSerializer})
     def get(self, request, run_id):
         checkpoint = selectors.checkpoint_latest(run=_get_run(run_id))
         if checkpoint is None:
@@ -403,7 +405,8 @@ class RunApprovalCreateApi(APIView):
     roles = {"POST": ANY}
     authorizer = authorizers.may_request_approval
 
-    @extend_schema(request=ApprovalRequestInputSerializer, responses={201: ApprovalOutputSerializer})
+    @operation(OPS["runs_approvals_create"], request=ApprovalRequestSerializer,
+               responses={201: ApprovalOutputSerializer, 200: ApprovalOutputSerializer})
     @refusals("approval_request", audit=(Refused,))
     def post(self, request, run_id):
         authorizers.may_request_approval(request.user, run_id)
@@ -425,6 +428,7 @@ class ApprovalFilter(filters.FilterSet):
         fields = ["status", "kind", "run"]
 
 
+@extend_schema_view(get=operation(OPS["approvals_list"], responses={200: ApprovalOutputSerializer}))
 class ApprovalListApi(ListAPIView):
     roles = {"GET": ANY}
     serializer_class = ApprovalOutputSerializer
@@ -460,7 +464,7 @@ class _ApprovalDecisionApi(APIView):
 class ApprovalApproveApi(_ApprovalDecisionApi):
     approve = True
 
-    @extend_schema(request=ReasonInputSerializer, responses=ApprovalOutputSerializer)
+    @operation(OPS["approvals_approve_create"], request=ReasonInputSerializer, responses={200: ApprovalOutputSerializer})
     @refusals("approve", subject=approval_subject)
     def post(self, request, approval_id):
         return self._decide(request, approval_id)
@@ -469,7 +473,7 @@ class ApprovalApproveApi(_ApprovalDecisionApi):
 class ApprovalRejectApi(_ApprovalDecisionApi):
     approve = False
 
-    @extend_schema(request=ReasonInputSerializer, responses=ApprovalOutputSerializer)
+    @operation(OPS["approvals_reject_create"], request=ReasonInputSerializer, responses={200: ApprovalOutputSerializer})
     @refusals("reject", subject=approval_subject)
     def post(self, request, approval_id):
         return self._decide(request, approval_id)
@@ -492,7 +496,7 @@ class _OncallActionApi(APIView):
 class RunRetryApi(_OncallActionApi):
     authorizer = authorizers.may_retry
 
-    @extend_schema(request=ReasonInputSerializer, responses=RunOutputSerializer)
+    @operation(OPS["runs_retry_create"], request=ReasonInputSerializer, responses={200: RunOutputSerializer})
     @refusals("retry")
     def post(self, request, run_id):
         return self._act(request, run_id)
@@ -504,7 +508,7 @@ class RunRetryApi(_OncallActionApi):
 class RunAbandonApi(_OncallActionApi):
     authorizer = authorizers.may_abandon
 
-    @extend_schema(request=ReasonInputSerializer, responses=RunOutputSerializer)
+    @operation(OPS["runs_abandon_create"], request=ReasonInputSerializer, responses={200: RunOutputSerializer})
     @refusals("abandon")
     def post(self, request, run_id):
         return self._act(request, run_id)
@@ -516,7 +520,7 @@ class RunAbandonApi(_OncallActionApi):
 class RunCompensateApi(_OncallActionApi):
     authorizer = authorizers.may_compensate
 
-    @extend_schema(request=ReasonInputSerializer, responses=RunOutputSerializer)
+    @operation(OPS["runs_compensate_create"], request=ReasonInputSerializer, responses={200: RunOutputSerializer})
     @refusals("compensate")
     def post(self, request, run_id):
         return self._act(request, run_id)
@@ -539,6 +543,7 @@ class EffectFilter(filters.FilterSet):
         fields = ["run", "status", "idempotency_key", "workflow"]
 
 
+@extend_schema_view(get=operation(OPS["effects_list"], responses={200: EffectOutputSerializer}))
 class EffectListApi(ListAPIView):
     roles = {"GET": ANY}
     serializer_class = EffectOutputSerializer
@@ -553,7 +558,7 @@ class EffectListApi(ListAPIView):
 class MetricsApi(APIView):
     roles = {"GET": ANY}
 
-    @extend_schema(responses={200: OpenApiResponse(description="SPEC §7 metrics")})
+    @operation(OPS["metrics_retrieve"], responses={200: METRICS})
     def get(self, request):
         since = request.query_params.get("since")
         since_at = services.parse_moment(since) if since else None

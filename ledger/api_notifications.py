@@ -1,7 +1,7 @@
 """The caller's notifications (SPEC §5.3): ``GET /notifications/`` and ``POST /notifications/{id}/read/``."""
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
@@ -10,6 +10,8 @@ from rest_framework.views import APIView
 from ledger import selectors, services
 from ledger.api import NewestFirstCursor
 from ledger.models import Notification
+from ledger.schema_components import operation
+from ledger.schema_operations import OPS
 from stateboard.roles import ANY
 
 
@@ -28,7 +30,8 @@ class NotificationListApi(ListAPIView):
     serializer_class = NotificationOutputSerializer
     pagination_class = NewestFirstCursor
 
-    @extend_schema(parameters=[OpenApiParameter("unread", OpenApiTypes.BOOL, description="1: hide read ones")])
+    @operation(OPS["notifications_list"], responses={200: NotificationOutputSerializer},
+               parameters=[OpenApiParameter("unread", OpenApiTypes.BOOL, description="1: hide read ones")])
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
@@ -40,7 +43,7 @@ class NotificationListApi(ListAPIView):
 class NotificationReadApi(APIView):
     roles = {"POST": ANY}
 
-    @extend_schema(request=None, responses=NotificationOutputSerializer)
+    @operation(OPS["notifications_read_create"], responses={200: NotificationOutputSerializer})
     def post(self, request, notification_id):
         notification = services.notification_read(notification_id=notification_id, user=request.user)
         return Response(NotificationOutputSerializer(notification).data)

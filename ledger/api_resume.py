@@ -3,11 +3,13 @@
 import uuid
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ledger import resume, selectors
+from ledger.schema_components import ResumePacketSerializer, operation
+from ledger.schema_operations import OPS
 
 from stateboard.errors import Invalid, NotFound
 from stateboard.roles import ANY
@@ -24,10 +26,10 @@ def _is_uuid(value: str) -> bool:
 class RunResumePacketApi(APIView):
     roles = {"GET": ANY}
 
-    @extend_schema(
-        summary="The resume packet: decision, goal, stages, effects, facts and leads within a token budget",
+    @operation(
+        OPS["runs_resume_packet_retrieve"],
         parameters=[OpenApiParameter("budget_tokens", OpenApiTypes.INT, description="200 to 100000, default 2000")],
-        responses={200: OpenApiTypes.OBJECT},
+        responses={200: ResumePacketSerializer},
     )
     def get(self, request, run_id):
         raw = request.query_params.get("budget_tokens", str(resume.BUDGET_DEFAULT))

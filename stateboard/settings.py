@@ -152,15 +152,28 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Stateboard API",
-    "DESCRIPTION": "Control plane for scheduled and long-running AI agents.",
-    "VERSION": "1",
-    "SERVE_INCLUDE_SCHEMA": False,
+    "DESCRIPTION": (
+        "The agent-facing contract of Stateboard, the control plane for scheduled and long-running AI "
+        "agents. A client author starts at `POST /api/v1/runs/` (trigger) or `POST /api/v1/runs/lease/` "
+        "(take a queued run), reads the run's `decision` (or `GET /api/v1/runs/{id}/resume-packet/`), then "
+        "posts each stage's events to `POST /api/v1/runs/{id}/events/`; `stateboard.client` wraps all of "
+        "this. Every request carries `Authorization: Token <key>` (keys come from `manage.py create_agent` "
+        "and `create_operator --token`). Every error is JSON `{\"code\": \"<stable_snake_case>\", "
+        "\"detail\": \"<message>\", ...}`: branch on `code`, never on `detail`; the codes each operation "
+        "can answer are listed with its responses (a write-gate rejection adds `reasons`, a refused batch "
+        "item its `index`)."
+    ),
+    "VERSION": "1.0.0",
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
-    "ENUM_NAME_OVERRIDES": {"TriggerEnum": "ledger.models.Trigger", "RunStateEnum": "ledger.models.RunState"},
+    "ENUM_NAME_OVERRIDES": {"TriggerEnum": "ledger.models.Trigger", "RunStateEnum": "ledger.models.RunState",
+                            "DecisionOutcomeEnum": "ledger.schema_components.DECISION_OUTCOMES",
+                            "CheckpointSourceEnum": "ledger.models.Checkpoint.Source",
+                            "AgentEventKindEnum": "ledger.schema_components.AGENT_EVENT_KINDS"},
 }
 
 # Celery: Redis in production; a file-system broker (no server) by default.

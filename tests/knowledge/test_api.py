@@ -324,3 +324,15 @@ def test_reconcile_refuses_an_over_long_key_without_writing():
     assert response.status_code == 422 and response.json()["code"] == "entries_invalid"
     assert response.json()["errors"][0]["code"] == "key_too_long"
     assert not ClaimHead.objects.exists()
+
+
+def test_claim_propose_with_a_key_too_long_is_rejected_and_logged(agent):
+    """A 301-character key is a 422 write-gate rejection (never a 500), and the rejection is recorded."""
+    from knowledge.models import GateDecision
+
+    key = "k" * 301
+    response = agent.client.post("/api/v1/claims/", proposal(key=key), format="json")
+    assert response.status_code == 422, response.content
+    assert response.json()["code"] == "write_gate_rejected"
+    decision = GateDecision.objects.get(outcome="rejected")
+    assert (decision.key, decision.payload["key"]) == (key[:300], key)

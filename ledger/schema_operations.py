@@ -1,0 +1,152 @@
+"""What each ledger API operation does, who may call it and the error codes it can answer (OpenAPI docs).
+
+``ledger/api*.py`` decorate each method with ``operation(OPS["..."], request=..., responses=...)``
+(``ledger.schema_components.operation``); the codes below are the ones the services raise. Every
+operation also answers 401 ``not_authenticated`` / ``authentication_failed`` and 403
+``permission_denied``, and every body 400 ``malformed_json`` / ``nul_byte`` / ``too_deep`` and 413
+``body_too_large``.
+"""
+
+from ledger.schema_components import BATCH_MAX, Op, named
+
+RUN_404 = {404: ["run_not_found", "not_found"]}
+LIST_400 = {400: ["invalid_filter"], 404: ["not_found"]}  # a filter that does not parse; a bad cursor
+
+OPS = named({
+    "workflows_list": Op(
+        "List workflow definitions",
+        "Every workflow, by slug. Any signed-in identity; `executors` is shown to owners only."),
+    "workflows_create": Op(
+        "Create a workflow",
+        "A new workflow definition (stages, effect and approval stages, durations, schedule, executors, "
+        "knowledge scope). Owners only. Every duration is an integer from 1 to 31,536,000 seconds.",
+        {409: ["workflow_exists"], 422: ["validation_error", "invalid_schedule"]}),
+    "workflows_retrieve": Op(
+        "Read a workflow",
+        "One workflow definition. Any signed-in identity; `executors` is shown to owners only.",
+        {404: ["workflow_not_found"]}),
+    "workflows_partial_update": Op(
+        "Change a workflow",
+        "Changes the given fields (a `policy_version` change is a bump, audited with the optional `reason`). "
+        "Owners only.",
+        {404: ["workflow_not_found"], 422: ["validation_error", "invalid_schedule"]}),
+    "runs_list": Op(
+        "List runs",
+        "Runs newest first, cursor paginated, filtered by `workflow`, `state`, `intent`, `created_after`, "
+        "`created_before`, `q`. Any signed-in identity.", LIST_400),
+    "runs_create": Op(
+        "Trigger a run",
+        "Triggers a run of a workflow and answers it with its recovery `decision` (201). A trigger whose "
+        "`(workflow, trigger_key)` was seen with the same intent and inputs answers the existing run with "
+        "`duplicate: true` (200). A run an agent triggers is leased to it at once. Agents, editors, owners "
+        "and on-call (not viewers).",
+        {409: ["trigger_key_mismatch", "active_run_exists"],
+         422: ["validation_error", "unknown_workflow", "invalid_trigger", "reserved_trigger_key"]}),
+    "runs_lease_create": Op(
+        "Lease the earliest-queued run",
+        "Hands the calling agent the queued run (of `workflows`, else any) that was queued earliest, leased "
+        "to it for the workflow's `lease_seconds` (200), or 204 when none became available within "
+        "`wait_seconds` (0 to 30). Agents only (SPEC §9.1).",
+        {422: ["validation_error", "unknown_workflow"]}),
+    "runs_retrieve": Op(
+        "Read a run",
+        "State, current stage, decision, lease, effects and approvals of one run. Any signed-in identity.",
+        RUN_404),
+    "runs_resume_packet_retrieve": Op(
+        "Read the resume packet",
+        "What an agent reads when a run starts instead of chat history: the decision, goal, stages, "
+        "effects, pending intents, and facts and leads of the workflow's knowledge scope within "
+        "`budget_tokens` (SPEC §9.2). Writes nothing. Any signed-in identity.",
+        {400: ["invalid_budget"], **RUN_404, 422: ["budget_too_small"]}),
+    "runs_events_list": Op(
+        "List a run's ledger events",
+        "The run's events in `seq` order, cursor paginated. Any signed-in identity.",
+        {**RUN_404, 400: ["invalid_filter"]}),
+    "runs_events_create": Op(
+        "Append events",
+        "Appends one event (a JSON object: 201 with the event, incl. `seq`, `hash` and `idempotency_key` on "
+        "effect stages) or a batch (a JSON array of up to "
+        f"{BATCH_MAX} events, each with its `client_event_id`, appended in order in one transaction, all or "
+        "nothing: 201 with the array). A repeated `client_event_id` with the same body answers the original "
+        "event (200). A `started` on an effect stage claims the effect key and may only be a batch's last "
+        "item. The lease holder (an agent) only; checks run in this order: a repeated `client_event_id`, "
+        "the lease, the goal, the transition. A refused batch item answers its status and `code` with its "
+        "`index`, and nothing is written.",
+        {**RUN_404,
+         409: ["client_event_id_mismatch", "lease_held", "not_leased", "lease_expired", "illegal_transition",
+               "effect_exists", "approval_required", "approval_void", "executor_stage"],
+         422: ["validation_error", "unknown_kind", "kind_reserved", "unknown_stage", "data_too_large",
+               "invalid_effect", "invalid_evidence", "effect_required", "evidence_required",
+               "unknown_needs_effect_stage", "invalid_correction", "action_required", "batch_too_large",
+               "claim_not_last"]}),
+    "runs_verify_chain_retrieve": Op(
+        "Verify a run's hash chain",
+        "Recomputes the SHA-256 chain over the run's events: `ok`, the number of events and the first bad "
+        "`seq` (null when intact). Any signed-in identity.", RUN_404),
+    "runs_checkpoints_create": Op(
+        "Save a checkpoint",
+        "An agent's checkpoint of the run's intent: whitelisted fields only, at most 64 KiB, no transcripts, "
+        "message lists, summary chains or tool schemas; a state-table summary is at most 280 characters. "
+        "The body is the payload (or `{payload: {...}}`). Agents only, while the run is not finished.",
+        {**RUN_404, 409: ["illegal_transition"],
+         422: ["validation_error", "checkpoint_too_large", "checkpoint_transcript_rejected",
+               "checkpoint_field_not_allowed", "checkpoint_mismatch", "unknown_stage", "summary_too_long"]}),
+    "runs_checkpoint_retrieve": Op(
+        "Read the latest checkpoint",
+        "The latest checkpoint of the run's (workflow, intent); past `expires_at` it says `expired: true`. "
+        "Any signed-in identity.",
+        {404: ["run_not_found", "not_found", "no_checkpoint"]}),
+    "runs_approvals_create": Op(
+        "Request an approval",
+        "Asks for a human decision on a proposed `action`: `high_impact` for the next approval stage (the "
+        "run waits in `awaiting_approval`) or `compensation` for a run in `compensate`. An identical pending "
+        "request answers 200. Agents only.",
+        {**RUN_404, 409: ["approval_pending", "illegal_transition"],
+         422: ["validation_error", "invalid_kind", "unknown_stage", "not_an_approval_stage", "invalid_action"]}),
+    "approvals_list": Op(
+        "List approvals",
+        "Approval requests newest first, filtered by `status`, `kind`, `run`. Any signed-in identity.", LIST_400),
+    "approvals_approve_create": Op(
+        "Approve a request",
+        "Approves a pending request: a single-use permit for exactly its action. Editors (on-call for "
+        "escalations), never the requester nor an agent; approving an approved request again answers 200.",
+        {403: ["requester_cannot_decide"], 404: ["approval_not_found", "not_found"],
+         409: ["approval_decided", "approval_expired"], 422: ["validation_error"]}),
+    "approvals_reject_create": Op(
+        "Reject a request",
+        "Rejects a pending request; `reason` is required. Editors (on-call for escalations), never the "
+        "requester nor an agent.",
+        {403: ["requester_cannot_decide"], 404: ["approval_not_found", "not_found"],
+         409: ["approval_decided", "approval_expired"], 422: ["validation_error", "reason_required"]}),
+    "runs_retry_create": Op(
+        "Retry an escalated run",
+        "Starts the retry budget afresh and answers the run with its new decision (it is then queued for an "
+        "agent). On-call only.",
+        {**RUN_404, 409: ["illegal_transition"], 422: ["validation_error"]}),
+    "runs_compensate_create": Op(
+        "Propose the compensation",
+        "On an escalated run (or one in `compensate`): proposes the compensation of the intent's effects for "
+        "an editor's approval (answered in `approval`), or escalates again when it cannot be planned. "
+        "On-call only.",
+        {**RUN_404, 409: ["illegal_transition", "active_run_exists"], 422: ["validation_error"]}),
+    "runs_abandon_create": Op(
+        "Abandon an escalated run",
+        "Ends an escalated run as `abandoned`; `reason` is required. On-call only.",
+        {**RUN_404, 409: ["illegal_transition"], 422: ["validation_error", "reason_required"]}),
+    "effects_list": Op(
+        "List effects",
+        "External side effects and their status, newest first, filtered by `run`, `status`, "
+        "`idempotency_key`, `workflow`. Any signed-in identity.", LIST_400),
+    "metrics_retrieve": Op(
+        "Read the metrics",
+        "The metrics of SPEC §7 as JSON, for one `workflow` or all, since an ISO 8601 `since`. Any signed-in "
+        "identity.", {422: ["validation_error"]}),
+    "notifications_list": Op(
+        "List my notifications",
+        "The caller's notifications newest first (`unread=1`: unread ones only). Any signed-in identity.",
+        {404: ["not_found"]}),
+    "notifications_read_create": Op(
+        "Mark a notification read",
+        "Marks one of the caller's notifications read and answers it. Any signed-in identity, for their own.",
+        {404: ["notification_not_found"]}),
+})
