@@ -1,6 +1,6 @@
 """API of SPEC §10: goal versions of an intent, and rollback of a run to a stage."""
 
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -8,6 +8,8 @@ from rest_framework.views import APIView
 from ledger import authorizers, services
 from ledger.api import RunOutputSerializer, _body, _get_run, _run_body, _validated
 from ledger.models import Goal, Workflow
+from ledger.schema_components import operation, page_of
+from ledger.schema_operations import OPS
 from stateboard.errors import Invalid, NotFound
 from stateboard.refusals import refusals
 from stateboard.roles import AGENT, ANY, EDITOR, OWNER
@@ -34,14 +36,14 @@ class GoalListCreateApi(APIView):
             raise NotFound("workflow_not_found", f"No workflow {slug!r}.")
         return workflow
 
-    @extend_schema(responses=GoalOutputSerializer(many=True))
+    @operation(OPS["workflows_goals_list"], responses={200: page_of("GoalList", GoalOutputSerializer)})
     def get(self, request, slug):
         workflow = self._workflow(slug)
         intent = request.query_params.get("intent") or None
         goals = services.goals_of(workflow=workflow, intent=intent).select_related("workflow")[:500]
         return Response({"results": GoalOutputSerializer(goals, many=True).data, "next": None})
 
-    @extend_schema(request=inline_serializer("GoalInput", {
+    @operation(OPS["workflows_goals_create"], request=inline_serializer("GoalInput", {
         "intent": serializers.CharField(), "objective": serializers.CharField(required=False),
         "constraints": serializers.ListField(child=serializers.CharField(), required=False),
         "acceptance": serializers.ListField(child=serializers.CharField(), required=False),
@@ -72,7 +74,7 @@ class RunRollbackApi(APIView):
     roles = {"POST": ANY}
     authorizer = authorizers.may_rollback
 
-    @extend_schema(request=RollbackInputSerializer, responses=RunOutputSerializer)
+    @operation(OPS["runs_rollback_create"], request=RollbackInputSerializer, responses={200: RunOutputSerializer})
     @refusals("rollback")
     def post(self, request, run_id):
         authorizers.may_rollback(request.user, _get_run(run_id))

@@ -149,4 +149,23 @@ OPS = named({
         "Mark a notification read",
         "Marks one of the caller's notifications read and answers it. Any signed-in identity, for their own.",
         {404: ["notification_not_found"]}),
+    "workflows_goals_list": Op(
+        "List an intent's goal versions",
+        "The goal versions of the workflow's intents (`?intent=` narrows to one), newest first. Any signed-in "
+        "identity.", {404: ["workflow_not_found"]}),
+    "workflows_goals_create": Op(
+        "Set a new goal version",
+        "A new goal version for an intent (`change`: `amend` appends constraints and acceptance to the previous "
+        "version's, `replace` takes the body as the whole goal). Holding runs of the intent between stages are "
+        "decided again under it (`fresh` / `goal_changed`) and queued for an agent; a run that still owes the "
+        "world an effect keeps its goal until then. Owners, editors and agents.",
+        {404: ["workflow_not_found"], 422: ["validation_error", "unknown_workflow"]}),
+    "runs_rollback_create": Op(
+        "Roll a finished run back to a stage",
+        "On the intent's latest real run in completed, failed, escalated, abandoned or compensated: the effects "
+        "at `to_stage` or later become `isolated` (or, with `compensate: true`, are compensated first through an "
+        "approval); the run is decided again (`resume` / `rolled_back`) from `to_stage` with a fresh retry "
+        "budget and queued for an agent. On-call and owners.",
+        {**RUN_404, 409: ["run_active", "active_run_exists", "not_latest_run", "staged_run"],
+         422: ["validation_error", "unknown_stage"]}),
 })
