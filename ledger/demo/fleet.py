@@ -112,17 +112,21 @@ def executor_nudge() -> int:
     from django.utils.dateparse import parse_datetime
 
     from ledger import services
-    from ledger.models import Run
+    from ledger.models import Approval, Run
     from ledger.services.writer import EXECUTOR
 
     done = 0
     now = datetime.now(timezone.utc)
-    for run in Run.objects.filter(lease_owner=EXECUTOR).exclude(state="awaiting_approval")[:20]:
+    for run in Run.objects.filter(lease_owner=EXECUTOR)[:20]:
         state = run.executor_state or {}
-        since = parse_datetime(state.get("since") or "")
-        if state.get("stage") and since and now - since > timedelta(seconds=EXECUTOR_GRACE_SECONDS):
-            services.executor_run(run_id=run.id, stage=state["stage"])
-            done += 1
+        stage, since = state.get("stage"), parse_datetime(state.get("since") or "")
+        if not stage or not since or now - since <= timedelta(seconds=EXECUTOR_GRACE_SECONDS):
+            continue
+        if run.state == "awaiting_approval" and not Approval.objects.filter(
+                run=run, stage=stage, status="approved", consumed_at__isnull=True).exists():
+            continue  # still waiting for a human, not for a worker
+        services.executor_run(run_id=run.id, stage=stage)
+        done += 1
     return done
 
 
