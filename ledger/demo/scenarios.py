@@ -32,6 +32,10 @@ def note(scenario: str, run: Run, fault: str | None = None, **extra) -> dict:
             "outcome": run.outcome, "reason": run.decision.get("reason_code", ""), **extra}
 
 
+def when(proved, fault: str) -> str | None:
+    return fault if proved else None
+
+
 def _key(tag: str, name: str) -> str:
     return f"demo:{tag}:{name}"
 
@@ -48,7 +52,8 @@ def publish(agent: Agent, tag: str) -> list[dict]:
     run.resume_packet()  # what the agent reads instead of chat history
     agent.drive(run)  # ... publish proposed: waiting for the editor
     rival = sb.trigger("research-publish", inputs, intent=intent, trigger_key=_key(tag, "post-rival"))
-    out.append(note("publish", rival, "active_run_exists" if rival.decision.get("reason_code") == "active_run_exists" else None))
+    out.append(note("publish", rival, when(rival.decision.get("reason_code") == "active_run_exists",
+                                                "active_run_exists")))
     agent.approve(run, "publish")
     run = agent.wait_executor(run.refresh())
     published = [e for e in sb.effects(run=run.id) if e["stage"] == "publish" and e["status"] == "verified"]
@@ -62,7 +67,8 @@ def publish(agent: Agent, tag: str) -> list[dict]:
                     if repeat.decision.get("reason_code") == "verified_effect_same_fingerprint" else None))
     changed = sb.trigger("research-publish", {**inputs, "draft": "v2"}, intent=intent,
                          trigger_key=_key(tag, "post-v2"))
-    out.append(note("publish", changed, "changed_source" if changed.decision.get("reason_code") == "input_changed" else None))
+    out.append(note("publish", changed, when(changed.decision.get("reason_code") == "input_changed",
+                                                    "changed_source")))
     changed = agent.drive(changed)
     out.append(note("publish", changed, "approval_waiting" if changed.state == "awaiting_approval" else None,
                     detail="left for the editor in /approvals/"))
@@ -132,7 +138,7 @@ def env_change(agent: Agent, tag: str) -> list[dict]:
     reason = new.decision.get("reason_code")
     new = agent.drive(new)
     return [note("env_change", old, None, detail="runner evicted during patch"),
-            note("env_change", new, "env_change" if new.outcome == "resume" and reason == "env_changed_downgraded" else None,
+            note("env_change", new, when(new.outcome == "resume" and reason == "env_changed_downgraded", "env_change"),
                  detail=f"resume_from {new.decision.get('resume_from')}")]
 
 

@@ -90,7 +90,7 @@ def _claims(agent_user, owner) -> None:
                 "source_type": spec.get("source_type", "official-doc"), "scope": spec["scope"],
                 "confidence": spec.get("confidence", "reported"),
                 "observed_at": (at - timedelta(hours=1)).isoformat(),
-                "refresh_after": ((now - timedelta(days=1)) if spec.get("stale") else (now + timedelta(days=14))).isoformat()}
+                "refresh_after": (now + timedelta(days=-1 if spec.get("stale") else 14)).isoformat()}
         claim_propose(user=agent_user, data=data, now=at)
         if spec.get("revoke"):
             claim_revoke(user=owner, key=spec["key"], reason=spec["revoke"])

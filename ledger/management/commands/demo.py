@@ -44,6 +44,8 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(
             f"Demo ready at {url}/ — sign in as {', '.join(world['users'])} with password {world['password']!r}."))
         self.stdout.write(f"Agents: {', '.join(world['agents'])}; workflows: {', '.join(WORKFLOWS)}.")
+        first = next(iter(world["agents"]))  # to try the API by hand (a fresh token on every start)
+        self.stdout.write(f"Agent {first!r} API token: {world['agents'][first]}")
         executors = {w.slug: sorted(w.executors or {}) for w in Workflow.objects.filter(slug__in=WORKFLOWS)}
         fleet = Fleet(url=url, agents=world["agents"], editor_token=world["tokens"]["editor"], executors=executors,
                       pace=0.0 if once else 1.5, out=self.stdout.write)

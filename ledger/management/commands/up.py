@@ -27,8 +27,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--no-demo", action="store_true", help="do not run the demo fleet (its users, workflows and runs)")
-        parser.add_argument("--check", action="store_true", help="set everything up, start, answer /healthz, run `demo --once`, stop")
+        parser.add_argument("--no-demo", action="store_true", help="do not run the demo fleet (`manage.py demo`)")
+        parser.add_argument("--check", action="store_true",
+                            help="set everything up, start, answer /healthz, run `demo --once`, stop")
 
     def handle(self, *args, port, host, no_demo, check, **options):
         engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
