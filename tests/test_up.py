@@ -16,7 +16,7 @@ def _free_port() -> int:
 
 
 def test_up_migrates_seeds_and_serves_on_sqlite(tmp_path):
-    """With no DATABASE_URL/broker configured: SQLite + file broker, demo data, web/worker/beat, /healthz 200."""
+    """With no DATABASE_URL/broker configured: SQLite + file broker, web/worker/beat, /healthz 200, a demo pass."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
     env["STATEBOARD_VAR_DIR"] = str(tmp_path)
@@ -24,7 +24,8 @@ def test_up_migrates_seeds_and_serves_on_sqlite(tmp_path):
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    assert "Demo data seeded" in output and "/healthz answered 200" in output
+    assert "/healthz answered 200" in output
+    assert "password 'stateboard-demo'" in output and "demo check: every promised fault produced" in output
     assert (tmp_path / "stateboard.sqlite3").exists()
     # The embedded database guards every guarded model too: SQLite triggers generated from the same
     # pgtrigger declarations as PostgreSQL's, checked for each (model, operation), and tried on rows.

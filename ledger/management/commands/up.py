@@ -1,4 +1,4 @@
-"""Run the whole product: migrate, seed demo data, then web + Celery worker + beat until Ctrl-C."""
+"""Run the whole product: migrate, then web + Celery worker + beat (and the demo fleet) until Ctrl-C."""
 
 import os
 import signal
@@ -11,34 +11,31 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 
+def _local(host: str) -> str:
+    """The address the demo fleet calls: the server's own, or loopback when it listens everywhere."""
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+
+
 def _stop_on_sigterm(signum, frame):
     raise KeyboardInterrupt  # stop the children like Ctrl-C does
 
 
 class Command(BaseCommand):
-    help = "Migrate, seed demo data (unless --no-demo), start the web server, a Celery worker and beat."
+    help = ("Migrate, start the web server, a Celery worker and beat, then the simulated agent fleet "
+            "(`demo`) unless --no-demo.")
 
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--no-demo", action="store_true", help="do not seed demo users, workflows and runs")
-        parser.add_argument("--check", action="store_true", help="set everything up, start, answer /healthz, stop")
+        parser.add_argument("--no-demo", action="store_true", help="do not run the demo fleet (`manage.py demo`)")
+        parser.add_argument("--check", action="store_true",
+                            help="set everything up, start, answer /healthz, run `demo --once`, stop")
 
     def handle(self, *args, port, host, no_demo, check, **options):
         engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
         self.stdout.write(f"Database: {engine}; broker: {settings.CELERY_BROKER_URL.split('@')[-1]}")
         self.stdout.write("Applying migrations…")
         call_command("migrate", interactive=False, verbosity=0)
-        if not no_demo:
-            from ledger.demo import demo_seed
-
-            seeded = demo_seed()
-            if seeded:
-                self.stdout.write(self.style.SUCCESS(
-                    f"Demo data seeded. Sign in as {', '.join(seeded['users'])} with password "
-                    f"{seeded['password']!r}. Agent 'demo-agent' token: {seeded['agent_token']}"))
-            else:
-                self.stdout.write("Demo data already present.")
         from ledger.schedules import periodic_tasks_ensure
 
         periodic_tasks_ensure()
@@ -67,6 +64,13 @@ class Command(BaseCommand):
         try:
             self._wait_healthy(bind, children["web"])
             self.stdout.write(self.style.SUCCESS(f"Stateboard is up: http://{bind}/  (API docs: http://{bind}/api/v1/docs/)"))
+            if not no_demo:
+                demo = [python, "manage.py", "demo", "--url", f"http://{_local(host)}:{port}"]
+                if check:
+                    self._demo_once(demo, env)
+                else:
+                    children["demo"] = subprocess.Popen(demo, env=env, cwd=settings.BASE_DIR)  # not restarted
+                    self.stdout.write(f"Demo fleet started (pid {children['demo'].pid}); `up --no-demo` skips it.")
             if check:
                 return
             while children["web"].poll() is None:
@@ -88,6 +92,16 @@ class Command(BaseCommand):
                     child.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     child.kill()
+
+    def _demo_once(self, command, env):
+        """`up --check`: one demo pass against the server just started; its check decides the exit."""
+        result = subprocess.run([*command, "--once"], env=env, cwd=settings.BASE_DIR, capture_output=True,
+                                text=True, timeout=240)
+        self.stdout.write(result.stdout)
+        if result.returncode:
+            self.stderr.write(result.stderr)
+            raise SystemExit(f"`demo --once` failed with status {result.returncode}.")
+        self.stdout.write(self.style.SUCCESS("Demo pass done."))
 
     def _wait_healthy(self, bind, web):
         """Return once the web server answers /healthz (200 or 503: it serves); fail if it dies first."""

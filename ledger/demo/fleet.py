@@ -1,0 +1,175 @@
+"""The fleet: one process per agent identity, fed scenarios through a queue; the parent keeps the score.
+
+The parent runs with the server's settings and database: it reads final states and the duplicate-effect
+figure from the ledger, and (``--once`` only) performs an executor pass itself for a run the executor
+has held for a while when no Celery worker seems to be running (the pass is idempotent, so a worker
+that shows up late finds the stage done).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import random
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from ledger.demo.scenarios import PROMISED, SCENARIOS
+
+EXECUTOR_GRACE_SECONDS = 6
+PASS_TIMEOUT_SECONDS = 300
+
+
+def agent_main(url: str, name: str, token: str, editor_token: str, pace: float, executors: dict,
+               tasks, results) -> None:
+    """An agent process: take (scenario, tag) items until ``None``; put (scenario, records) back."""
+    from ledger.demo.agent import Agent
+    from ledger.demo.scenarios import tend
+
+    agent = Agent(url, name, token, editor_token, pace=pace, executors=executors)
+    parent = os.getppid()
+    try:
+        while True:
+            try:
+                item = tasks.get(timeout=2)
+            except queue.Empty:
+                if os.getppid() != parent:
+                    break  # the fleet's parent died without stopping us
+                continue
+            if item is None:
+                break
+            scenario, tag = item
+            try:
+                records = (tend if scenario == "tend" else SCENARIOS[scenario])(agent, tag)
+            except Exception as exc:  # a scenario that breaks is reported, the agent goes on
+                records = [{"scenario": scenario, "agent": name, "error": f"{type(exc).__name__}: {exc}"}]
+            results.put((scenario, [{**r, "agent": name} for r in records]))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        agent.close()
+
+
+@dataclass
+class Fleet:
+    url: str
+    agents: dict[str, str]  # name -> token
+    editor_token: str
+    executors: dict[str, list[str]]
+    pace: float = 0.0
+    out: object = print
+    procs: list = field(default_factory=list)
+
+    def start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")  # no inherited sockets, threads or DB connections
+        self.tasks, self.results = ctx.Queue(), ctx.Queue()
+        for name, token in self.agents.items():
+            proc = ctx.Process(target=agent_main, name=name, daemon=True,
+                               args=(self.url, name, token, self.editor_token, self.pace, self.executors,
+                                     self.tasks, self.results))
+            proc.start()
+            self.procs.append(proc)
+
+    def stop(self) -> None:
+        for _ in self.procs:
+            self.tasks.put(None)
+        for proc in self.procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+        self.procs = []
+
+    def play(self, scenarios: list[str], tag: str, *, executor_fallback: bool = False,
+             timeout: float = PASS_TIMEOUT_SECONDS) -> list[dict]:
+        """Hand out the scenarios and collect every record (in the order they finish)."""
+        for name in scenarios:
+            self.tasks.put((name, tag))
+        records, waiting, deadline = [], len(scenarios), time.monotonic() + timeout
+        while waiting:
+            if time.monotonic() > deadline:
+                records.append({"scenario": "fleet", "error": f"{waiting} scenario(s) did not finish in {timeout:.0f} s"})
+                break
+            if not any(p.is_alive() for p in self.procs):
+                records.append({"scenario": "fleet", "error": "every agent process exited"})
+                break
+            try:
+                _, got = self.results.get(timeout=1)
+            except queue.Empty:
+                if executor_fallback:
+                    executor_nudge()
+                continue
+            waiting -= 1
+            records.extend(got)
+            for record in got:
+                self.out(line_for(record))
+        return records
+
+
+def executor_nudge() -> int:
+    """An executor pass for runs the executor has held past the grace period (no worker seems to run)."""
+    from django.utils.dateparse import parse_datetime
+
+    from ledger import services
+    from ledger.models import Approval, Run
+    from ledger.services.writer import EXECUTOR
+
+    done = 0
+    now = datetime.now(timezone.utc)
+    for run in Run.objects.filter(lease_owner=EXECUTOR)[:20]:
+        state = run.executor_state or {}
+        stage, since = state.get("stage"), parse_datetime(state.get("since") or "")
+        if not stage or not since or now - since <= timedelta(seconds=EXECUTOR_GRACE_SECONDS):
+            continue
+        if run.state == "awaiting_approval" and not Approval.objects.filter(
+                run=run, stage=stage, status="approved", consumed_at__isnull=True).exists():
+            continue  # still waiting for a human, not for a worker
+        services.executor_run(run_id=run.id, stage=stage)
+        done += 1
+    return done
+
+
+def line_for(record: dict) -> str:
+    if record.get("error"):
+        return f"  ! {record['scenario']:<20} {record.get('agent', '')}: {record['error']}"
+    fault = f"  [{record['fault']}]" if record.get("fault") else ""
+    decision = f"{record['outcome']}/{record['reason']}" if record.get("outcome") else "-"
+    detail = f"  {record['detail']}" if record.get("detail") else ""
+    return f"  {record['scenario']:<20} {record['run'][:8]} {decision:<45}{fault}{detail}"
+
+
+def round_tag(now: datetime | None = None) -> str:
+    """A date-like intent suffix, unique per round (the living fleet's 'today')."""
+    now = now or datetime.now(timezone.utc)
+    return now.strftime("%Y-%m-%d-%H%M%S") + f"-{random.randint(0, 999):03d}"
+
+
+def summarize(records: list[dict], since: datetime) -> tuple[list[str], list[str]]:
+    """The summary lines (scenario → run, decision, final state) and the check's failures."""
+    from ledger import selectors
+    from ledger.models import Run
+
+    ids = [r["run"] for r in records if r.get("run")]
+    states = dict(Run.objects.filter(id__in=ids).values_list("id", "state"))
+    lines = [f"{'scenario':<20} {'run':<36} {'decision':<45} {'final state':<18} fault"]
+    for r in records:
+        if r.get("run"):
+            decision = f"{r['outcome']}/{r['reason']}"
+            lines.append(f"{r['scenario']:<20} {r['run']:<36} {decision:<45} "
+                         f"{states.get(_uuid(r['run']), '?'):<18} {r.get('fault') or ''}")
+    failures = [f"{r['scenario']}: {r['error']}" for r in records if r.get("error")]
+    produced = {r.get("fault") for r in records}
+    failures += [f"fault not produced: {name} ({what})" for name, what in PROMISED.items() if name not in produced]
+    twice = selectors.metrics(since=since)["duplicate_side_effects"]
+    lines.append(f"check: {twice} effect(s) executed twice; "
+                 f"{len(set(PROMISED) & produced)}/{len(PROMISED)} promised faults produced")
+    if twice:
+        failures.append(f"{twice} effect(s) executed twice")
+    return lines, failures
+
+
+def _uuid(text: str):
+    import uuid
+
+    return uuid.UUID(text)

@@ -1,0 +1,59 @@
+"""`manage.py demo --once` against a live server: every promised fault, none of them harmful."""
+
+import pytest
+from django.core.management import call_command
+
+from ledger.models import Approval, LedgerEvent, Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _reasons() -> set[str]:
+    return set(LedgerEvent.objects.filter(kind="decided").values_list("reason_code", flat=True))
+
+
+def test_demo_once_produces_every_promised_fault(live_server, capsys):
+    """One pass: the ledger holds each fault's decision, an executor effect and a pending approval; 0 duplicates."""
+    from ledger import selectors
+
+    call_command("demo", url=live_server.url, once=True, agents=3)
+    out = capsys.readouterr().out
+    assert "demo check: every promised fault produced" in out, out
+    reasons = _reasons()
+    for code in ("active_run_exists", "verified_effect_same_fingerprint", "effect_unverified", "input_changed",
+                 "retry_budget_exhausted", "env_changed_downgraded", "resume_incomplete_stage"):
+        assert code in reasons, (code, sorted(reasons))
+    assert Approval.objects.filter(kind="high_impact", status="pending").exists()
+    assert LedgerEvent.objects.filter(actor="system:executor", kind="verified", stage="publish").exists()
+    assert Run.objects.filter(state="escalated", decision__reason_code="retry_budget_exhausted").exists()
+    assert selectors.metrics()["duplicate_side_effects"] == 0
+
+
+def test_demo_setup_twice_changes_nothing_but_tokens():
+    """A second setup keeps the users, workflows and claims as they were and issues working tokens."""
+    from knowledge.models import Claim
+    from ledger.demo.setup import demo_setup
+    from ledger.models import Workflow
+
+    first = demo_setup(agents=2)
+    counts = (Workflow.objects.count(), Claim.objects.count())
+    second = demo_setup(agents=2)
+    assert sorted(first["workflows_created"]) == ["ci-triage", "research-publish", "security-triage"]
+    assert second["workflows_created"] == [] and (Workflow.objects.count(), Claim.objects.count()) == counts
+    assert set(second["agents"]) == {"demo-agent-1", "demo-agent-2"} and second["agents"] != first["agents"]
+    assert Workflow.objects.get(slug="research-publish").executors == {"publish": {"handler": "record", "config": {}}}
+
+
+def test_demo_check_fails_on_a_missing_fault_or_a_broken_scenario():
+    """The end-of-pass check names every promised fault not produced and every scenario error."""
+    from django.utils import timezone
+
+    from ledger.demo.fleet import summarize
+    from ledger.demo.scenarios import PROMISED
+
+    records = [{"scenario": "publish", "fault": "duplicate_trigger", "run": None},
+               {"scenario": "env_change", "error": "StateboardError: 409 illegal_transition"}]
+    _, failures = summarize(records, timezone.now())
+    assert "env_change: StateboardError: 409 illegal_transition" in failures
+    missing = [f for f in failures if f.startswith("fault not produced")]
+    assert len(missing) == len(PROMISED) - 1 and not any("duplicate_trigger" in f for f in missing)
