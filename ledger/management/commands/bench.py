@@ -1,4 +1,4 @@
-"""``python manage.py bench ledger|knowledge``: print throughput and latency figures
+"""``python manage.py bench ledger|knowledge|sweeps``: print throughput and latency figures
 (the benchmarks live in ``stateboard.bench``).
 
 The ledger bench needs PostgreSQL. It creates its own scratch database on the same
@@ -21,11 +21,12 @@ class Command(BaseCommand):
         "and through the HTTP API (gunicorn, N clients) beside raw psycopg INSERT+COMMIT, checkpoint "
         "save+load/s, and the recovery decision p50/p95 with 10k and 1M ledger events loaded in bulk. "
         "Takes about 5-10 minutes at --scale 1. 'knowledge' runs stateboard.bench.knowledge in the same "
-        "kind of scratch database."
+        "kind of scratch database; 'sweeps' the stale-claim, checkpoint-prune and retention sweeps over "
+        "100,000 rows each (--scale scales them), with rows/s and the longest lock-holding batch."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("target", choices=["ledger", "knowledge"], help="what to benchmark")
+        parser.add_argument("target", choices=["ledger", "knowledge", "sweeps"], help="what to benchmark")
         parser.add_argument("--scale", type=float, default=1.0,
                             help="scale the data sizes (1.0: 1,000,000 events / 100,000 runs; tests use 0.001)")
         parser.add_argument("--skip-http", action="store_true", help="ledger: skip the HTTP API figures")
@@ -41,13 +42,14 @@ class Command(BaseCommand):
         parser.add_argument("--clients", type=int, default=4, help="ledger: concurrent clients (threads)")
 
     def handle(self, *args, **options):
-        from stateboard.bench import knowledge, ledger
+        from stateboard.bench import knowledge, ledger, sweeps
         from stateboard.bench.common import BenchError, Out, scratch_database
 
         try:
-            if options["target"] == "knowledge":
+            if options["target"] in ("knowledge", "sweeps"):
+                bench = knowledge if options["target"] == "knowledge" else sweeps
                 with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
-                    knowledge.run(out=self.stdout, scale=options["scale"])
+                    bench.run(out=self.stdout, scale=options["scale"])
                 return
             if options["scale"] <= 0:
                 raise CommandError("--scale must be positive.")

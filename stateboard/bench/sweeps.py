@@ -1,4 +1,4 @@
-"""``python manage.py bench_sweeps``: the sweeps at scale, in a scratch database (PostgreSQL only).
+"""``python manage.py bench sweeps``: the sweeps at scale, in a scratch database (PostgreSQL only).
 
 Loaded by COPY, then swept the way beat runs them (batches, one transaction each):
 
@@ -44,9 +44,9 @@ def _owners(n: int, tag: str) -> list[int]:
 
 def _claims_load(n: int, *, tag: str, owners: list[int], sensitive: bool, now) -> None:
     """``n`` keys with one active version each, and their heads (stale, or past retention)."""
-    from knowledge.services import _allocate_store_versions
+    from knowledge.services import store_versions_reserve
 
-    first = _allocate_store_versions(n) - n + 1
+    first = store_versions_reserve(n) - n + 1
     observed = now - timedelta(days=2)
     refresh = now - timedelta(hours=1) if not sensitive else now + timedelta(days=10)
     retention = now - timedelta(minutes=1) if sensitive else None
@@ -102,7 +102,7 @@ def run(*, out, scale: float = 1.0) -> dict:
     from ledger.models import Checkpoint, Notification
 
     if connection.vendor != "postgresql":
-        out.write("bench_sweeps needs PostgreSQL (COPY, SKIP LOCKED).\n")
+        out.write("bench sweeps needs PostgreSQL (COPY, SKIP LOCKED).\n")
         return {}
     settings.DEBUG = False
     settings.NOTIFICATIONS_EMAIL = False  # rows only: the bench measures the database work
