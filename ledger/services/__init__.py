@@ -1,7 +1,7 @@
 """Every write to the ledger, one module per family of verbs (lower modules never import higher ones):
 
 notifications, outbox < writer (fingerprints, hash chain, run lock, RunWriter) < audit < escalations < checkpoints < runs
-< leases < oncall < approvals < handoff < events < executor < workflows.
+< leases < oncall < approvals < handoff < events < batches < executor < workflows.
 """
 
 from ledger.services.approvals import (action_validate, approval_decide, approval_request, approvals_expire,
@@ -10,6 +10,7 @@ from ledger.services.audit import audit_record
 from ledger.services.checkpoints import (CHECKPOINT_FIELDS, CHECKPOINT_MAX_BYTES, SUMMARY_MAX_CHARS,
                                          checkpoint_save, checkpoint_validate, checkpoints_prune)
 from ledger.services.escalations import escalation_raise
+from ledger.services.batches import events_append
 from ledger.services.events import event_append
 from ledger.services.notifications import approval_notify, notification_read, notifications_send
 from ledger.services.executor import executor_run, executor_sweep
@@ -25,7 +26,7 @@ __all__ = [
     "CHECKPOINT_FIELDS", "CHECKPOINT_MAX_BYTES", "GENESIS_HASH", "SUMMARY_MAX_CHARS", "RunWriter",
     "action_validate", "approval_decide", "approval_request", "approvals_expire", "audit_record", "chain_verify",
     "checkpoint_save", "checkpoint_validate", "checkpoints_prune", "compensation_plan", "effect_key_default",
-    "escalation_raise", "event_append", "event_compute_hash", "event_hash_fields", "input_fingerprint",
+    "escalation_raise", "event_append", "events_append", "event_compute_hash", "event_hash_fields", "input_fingerprint",
     "parse_moment", "permit_find", "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate",
     "run_retry", "run_trigger", "runs_expire_leases",
     "approval_notify", "notification_read", "notifications_send",
