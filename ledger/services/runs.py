@@ -13,7 +13,7 @@ from knowledge.selectors import store_version as knowledge_store_version
 from ledger import recovery, selectors, sql
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, Trigger, Workflow
 from ledger.services.escalations import escalation_raise
-from ledger.services.writer import (RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock,
+from ledger.services.writer import (RunWriter, input_fingerprint, intent_lock, lease_expired, lease_fail, run_lock,
                                     workflow_spec)
 from stateboard.canonical import canonical_json
 from stateboard.errors import Conflict, Invalid
@@ -164,32 +164,45 @@ def decision_apply(writer: RunWriter, inp: recovery.RecoveryInput, context: dict
     return decision
 
 
+def _trigger_key_run(workflow: Workflow, *, trigger_key: str, intent: str, inputs, trigger: str) -> Run | None:
+    """The run this trigger key already made if it is the same trigger (same intent and inputs), None if
+    the key is unused; refused if it was used otherwise."""
+    existing = Run.objects.filter(workflow=workflow, trigger_key=trigger_key).first()
+    if existing is not None and existing.intent == intent and canonical_json(existing.inputs) == canonical_json(inputs):
+        return existing
+    if trigger_key.startswith("schedule:") and trigger != Trigger.SCHEDULE:
+        raise Invalid("reserved_trigger_key", "Trigger keys beginning 'schedule:' belong to schedule ticks; "
+                                              "only a duplicate of the tick's run is accepted.")
+    if existing is not None:
+        raise Conflict("trigger_key_mismatch",
+                       f"trigger_key {trigger_key!r} was already used with another intent or other inputs.",
+                       run=str(existing.id))
+    return None
+
+
 @transaction.atomic
 def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigger: str = Trigger.API,
                 trigger_key: str | None = None, env_fingerprint: str = "", actor: str = "system") -> tuple[Run, bool]:
-    """Trigger a run: dedupe by trigger key, expire dead leases, decide, record. Returns (run, created)."""
-    try:
-        workflow = Workflow.objects.select_for_update().get(slug=workflow_slug)
-    except Workflow.DoesNotExist:
+    """Trigger a run: dedupe by trigger key (before any lock), lock the intent, expire dead leases, decide,
+    record. Returns (run, created). Triggers of different intents of one workflow never wait for each other."""
+    workflow = Workflow.objects.filter(slug=workflow_slug).first()
+    if workflow is None:
         raise Invalid("unknown_workflow", f"No workflow with slug {workflow_slug!r}.")
     intent = intent or workflow.slug
     if trigger not in Trigger.values:
         raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")
-    if trigger_key:
-        existing = Run.objects.filter(workflow=workflow, trigger_key=trigger_key).first()
-        same = existing is not None and existing.intent == intent and \
-            canonical_json(existing.inputs) == canonical_json(inputs)
-        if same:
-            return existing, False
-        if trigger_key.startswith("schedule:") and trigger != Trigger.SCHEDULE:
-            raise Invalid("reserved_trigger_key", "Trigger keys beginning 'schedule:' belong to schedule ticks; "
-                                                  "only a duplicate of the tick's run is accepted.")
+    keyed = bool(trigger_key)
+    if keyed:
+        existing = _trigger_key_run(workflow, trigger_key=trigger_key, intent=intent, inputs=inputs, trigger=trigger)
         if existing is not None:
-            raise Conflict("trigger_key_mismatch",
-                           f"trigger_key {trigger_key!r} was already used with another intent or other inputs.",
-                           run=str(existing.id))
+            return existing, False
     else:
         trigger_key = f"{trigger}:{uuid.uuid4()}"
+    intent_lock(workflow.id, intent)
+    if keyed:  # the same trigger may have committed while this one waited for the intent
+        existing = _trigger_key_run(workflow, trigger_key=trigger_key, intent=intent, inputs=inputs, trigger=trigger)
+        if existing is not None:
+            return existing, False
 
     now = timezone.now()
     fingerprint = input_fingerprint(workflow_slug=workflow.slug, intent=intent, inputs=inputs,
@@ -207,7 +220,12 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
         with transaction.atomic():
             writer.flush(insert=True)
     except IntegrityError:
-        # The workflow lock serialises triggers; this is the database's backstop.
+        # The intent lock serialises triggers of an intent; these are the database's backstops: the key
+        # taken meanwhile by a trigger of another intent, or another active run of this intent.
+        existing = keyed and _trigger_key_run(workflow, trigger_key=trigger_key, intent=intent, inputs=inputs,
+                                              trigger=trigger)  # trigger_key_mismatch if another intent took it
+        if existing:
+            return existing, False
         raise Conflict("active_run_exists", "Another run of this intent became active; trigger again.")
     if decision.outcome == "escalated":
         escalation_raise(writer.run, now=now)
