@@ -164,10 +164,11 @@ def decision_apply(writer: RunWriter, inp: recovery.RecoveryInput, context: dict
     return decision
 
 
-def _trigger_key_run(workflow: Workflow, *, trigger_key: str, intent: str, inputs, trigger: str) -> Run | None:
-    """The run this trigger key already made if it is the same trigger (same intent and inputs), None if
-    the key is unused; refused if it was used otherwise."""
-    existing = Run.objects.filter(workflow=workflow, trigger_key=trigger_key).first()
+def _trigger_key_run(workflow_slug: str, *, trigger_key: str, intent: str, inputs, trigger: str) -> Run | None:
+    """The run (with its workflow, one read) this trigger key already made if it is the same trigger (same
+    intent and inputs), None if the key is unused; refused if it was used otherwise."""
+    existing = (Run.objects.select_related("workflow").filter(workflow__slug=workflow_slug, trigger_key=trigger_key)
+                .first())
     if existing is not None and existing.intent == intent and canonical_json(existing.inputs) == canonical_json(inputs):
         return existing
     if trigger_key.startswith("schedule:") and trigger != Trigger.SCHEDULE:
@@ -180,11 +181,23 @@ def _trigger_key_run(workflow: Workflow, *, trigger_key: str, intent: str, input
     return None
 
 
-@transaction.atomic
 def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigger: str = Trigger.API,
                 trigger_key: str | None = None, env_fingerprint: str = "", actor: str = "system") -> tuple[Run, bool]:
-    """Trigger a run: dedupe by trigger key (before any lock), lock the intent, expire dead leases, decide,
-    record. Returns (run, created). Triggers of different intents of one workflow never wait for each other."""
+    """Trigger a run: dedupe by trigger key (one read, before any transaction or lock), lock the intent,
+    expire dead leases, decide, record. Returns (run, created). Triggers of different intents of one
+    workflow never wait for each other."""
+    if trigger_key and trigger in Trigger.values:  # otherwise refused below, in the order of its checks
+        existing = _trigger_key_run(workflow_slug, trigger_key=trigger_key, intent=intent or workflow_slug,
+                                    inputs=inputs, trigger=trigger)
+        if existing is not None:
+            return existing, False
+    with transaction.atomic():
+        return _run_trigger_locked(workflow_slug=workflow_slug, inputs=inputs, intent=intent, trigger=trigger,
+                                   trigger_key=trigger_key, env_fingerprint=env_fingerprint, actor=actor)
+
+
+def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigger: str, trigger_key: str | None,
+                        env_fingerprint: str, actor: str) -> tuple[Run, bool]:
     workflow = Workflow.objects.filter(slug=workflow_slug).first()
     if workflow is None:
         raise Invalid("unknown_workflow", f"No workflow with slug {workflow_slug!r}.")
@@ -192,15 +205,11 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
     if trigger not in Trigger.values:
         raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")
     keyed = bool(trigger_key)
-    if keyed:
-        existing = _trigger_key_run(workflow, trigger_key=trigger_key, intent=intent, inputs=inputs, trigger=trigger)
-        if existing is not None:
-            return existing, False
-    else:
-        trigger_key = f"{trigger}:{uuid.uuid4()}"
+    trigger_key = trigger_key or f"{trigger}:{uuid.uuid4()}"
     intent_lock(workflow.id, intent)
     if keyed:  # the same trigger may have committed while this one waited for the intent
-        existing = _trigger_key_run(workflow, trigger_key=trigger_key, intent=intent, inputs=inputs, trigger=trigger)
+        existing = _trigger_key_run(workflow.slug, trigger_key=trigger_key, intent=intent, inputs=inputs,
+                                    trigger=trigger)
         if existing is not None:
             return existing, False
 
@@ -222,7 +231,7 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
     except IntegrityError:
         # The intent lock serialises triggers of an intent; these are the database's backstops: the key
         # taken meanwhile by a trigger of another intent, or another active run of this intent.
-        existing = keyed and _trigger_key_run(workflow, trigger_key=trigger_key, intent=intent, inputs=inputs,
+        existing = keyed and _trigger_key_run(workflow.slug, trigger_key=trigger_key, intent=intent, inputs=inputs,
                                               trigger=trigger)  # trigger_key_mismatch if another intent took it
         if existing:
             return existing, False
