@@ -345,9 +345,14 @@ class RunEventsApi(ListAPIView):
     @refusals("event_append", audit=(Refused,))
     def post(self, request, run_id):
         authorizers.may_append_event(request.user, run_id)
-        event, created = services.event_append(run_id=run_id, body=_body(request), actor=actor_for(request.user))
-        return Response(event_body(event),
-                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        actor = actor_for(request.user)
+        if isinstance(request.data, list):  # a batch: all or nothing (API.md)
+            events, created = services.events_append(run_id=run_id, bodies=request.data, actor=actor)
+            body = [event_body(event) for event in events]
+        else:
+            event, created = services.event_append(run_id=run_id, body=_body(request), actor=actor)
+            body = event_body(event)
+        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 class RunVerifyChainApi(APIView):

@@ -38,7 +38,8 @@ def run_events(*, run):
 
 def run_detail(*, run_id):
     return (run_list()
-            .prefetch_related(Prefetch("effects", queryset=Effect.objects.order_by("claimed_seq")),
+            .prefetch_related(Prefetch("effects", queryset=Effect.objects.select_related("workflow")
+                                       .order_by("claimed_seq")),
                               Prefetch("approvals", queryset=Approval.objects.order_by("-created_at")))
             .get(id=run_id))
 

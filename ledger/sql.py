@@ -196,6 +196,13 @@ def checkpoint_insert_if_running(checkpoint: Checkpoint, *, ttl_seconds: int | N
     return True
 
 
+def intent_advisory_lock(workflow_id: int, intent: str) -> None:
+    """A transaction-level advisory lock on (workflow, intent): 64 bits of ``hashtextextended(intent,
+    workflow id)``. Two intents sharing a hash only wait for each other; nothing is ever let through."""
+    with _cursor(write_path=False) as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", [intent, workflow_id])
+
+
 def select_rows(model, field_names: list[str], where: str, params: list, *, order: str = "",
                 limit: int | None = None) -> list[tuple]:
     """Values of ``field_names`` for the rows matching ``where``, converted as the ORM would

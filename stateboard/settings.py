@@ -79,11 +79,15 @@ DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool("DB_POOL", True):
-        # psycopg 3 pool: no persistent connections alongside it.
+        # psycopg 3 pool: Django refuses persistent connections (CONN_MAX_AGE) alongside it.
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1,
             "max_size": int(os.environ.get("DB_POOL_MAX", "10")),
         }
+    else:
+        # Without the pool, each web thread keeps its connection between requests (checked before reuse).
+        DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("DB_CONN_MAX_AGE", "60"))
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {

@@ -2,7 +2,7 @@
 
 notifications, outbox < writer (fingerprints, hash chain, run lock, RunWriter) < versions (goal versions,
 stage generations) < audit < escalations < checkpoints < runs < goals < leases < oncall < approvals < rollback
-< handoff < events < executor < workflows.
+< handoff < events < batches < executor < workflows.
 """
 
 from ledger.services.approvals import (action_validate, approval_decide, approval_request, approvals_expire,
@@ -11,6 +11,7 @@ from ledger.services.audit import audit_record
 from ledger.services.checkpoints import (CHECKPOINT_FIELDS, CHECKPOINT_MAX_BYTES, SUMMARY_MAX_CHARS,
                                          checkpoint_save, checkpoint_validate, checkpoints_prune)
 from ledger.services.escalations import escalation_raise
+from ledger.services.batches import events_append
 from ledger.services.events import event_append
 from ledger.services.notifications import approval_notify, notification_read, notifications_send
 from ledger.services.executor import executor_run, executor_sweep
@@ -28,8 +29,8 @@ __all__ = [
     "CHECKPOINT_FIELDS", "CHECKPOINT_MAX_BYTES", "GENESIS_HASH", "SUMMARY_MAX_CHARS", "RunWriter",
     "action_validate", "approval_decide", "approval_request", "approvals_expire", "audit_record", "chain_verify",
     "checkpoint_save", "checkpoint_validate", "checkpoints_prune", "compensation_plan", "effect_key_default",
-    "escalation_raise", "event_append", "event_compute_hash", "event_hash_fields", "goal_create", "goals_of",
-    "input_fingerprint", "rollback_preview", "run_rollback",
+    "escalation_raise", "event_append", "events_append", "event_compute_hash", "event_hash_fields", "goal_create",
+    "goals_of", "input_fingerprint", "rollback_preview", "run_rollback",
     "parse_moment", "permit_find", "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate",
     "approval_notify", "notification_read", "notifications_send",
     "run_retry", "run_trigger", "runs_expire_leases", "executor_run", "executor_sweep", "run_lease", "outbox_put",

@@ -353,8 +353,10 @@ def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
     return result
 
 
-def _lease_check(run: Run, body: dict, actor: str, now) -> Conflict | None:
-    """Only the lease holder appends (SPEC §9.1); returns the refusal to raise once the expiry is written."""
+def _lease_check(run: Run, body: dict, actor: str, now, *, pending: bool = False) -> Conflict | None:
+    """Only the lease holder appends (SPEC §9.1); returns the refusal to raise once the expiry is written.
+    ``pending``: earlier events of a batch are not flushed yet (the expiry is then refused without a write;
+    it cannot happen, since the batch's first event renewed the lease at the same ``now``)."""
     if run.state in TERMINAL_STATES:
         return None
     if actor == EXECUTOR or run.lease_owner == EXECUTOR:
@@ -372,19 +374,26 @@ def _lease_check(run: Run, body: dict, actor: str, now) -> Conflict | None:
     if lease_id is not None and str(lease_id) != str(run.lease_id or ""):
         raise Conflict("lease_held", "This event carries a lease that is not the run's current one.")
     if run.lease_owner == actor and lease_lapse(run, now) == "lease_expired":
+        refusal = Conflict("lease_expired", "Your lease on this run expired; the run has been moved to failed.")
+        if pending:
+            raise refusal
         writer = RunWriter(run, "system", now)
         lease_fail(writer)
         writer.flush()
-        return Conflict("lease_expired", "Your lease on this run expired; the run has been moved to failed.",
-                        state=run.state)
+        refusal.extra["state"] = run.state
+        return refusal
     return None
+
+
+def _client_event_id_check(client_event_id) -> None:
+    if client_event_id is not None and (not isinstance(client_event_id, str) or not client_event_id
+                                        or len(client_event_id) > 200):
+        raise Invalid("validation_error", "client_event_id must be a non-empty string of at most 200 characters.")
 
 
 def _event_append(*, run_id, body: dict, actor: str):
     client_event_id = body.get("client_event_id")
-    if client_event_id is not None and (not isinstance(client_event_id, str) or not client_event_id
-                                        or len(client_event_id) > 200):
-        raise Invalid("validation_error", "client_event_id must be a non-empty string of at most 200 characters.")
+    _client_event_id_check(client_event_id)
     run = run_lock(run_id, client_event_id=client_event_id)
     body_digest = digest(body)
     if client_event_id is not None and run.original_event_id is not None:
@@ -393,8 +402,21 @@ def _event_append(*, run_id, body: dict, actor: str):
             return original, False
         raise Conflict("client_event_id_mismatch", "This client_event_id was used with a different body.",
                        seq=original.seq)
-    now = timezone.now()
-    refusal = _lease_check(run, body, actor, now)
+    writer = RunWriter(run, actor, timezone.now())
+    event = _event_apply(writer, body, body_digest=body_digest)
+    if isinstance(event, Conflict):
+        return event
+    writer.flush()
+    _citations_record(writer, [event])
+    return event, True
+
+
+def _event_apply(writer: RunWriter, body: dict, *, body_digest: str) -> LedgerEvent | Conflict:
+    """Apply one agent event to the writer's locked run (its client_event_id already known to be new):
+    the lease, the body, the kind's handler. Unflushed; a refusal raises (or, for an expired lease
+    whose move to failed was written, is returned)."""
+    run, actor, now = writer.run, writer.actor, writer.now
+    refusal = _lease_check(run, body, actor, now, pending=bool(writer.events))
     if refusal is not None:
         return refusal
     kind, stage = _validate_event_body(run, body)
@@ -407,24 +429,27 @@ def _event_append(*, run_id, body: dict, actor: str):
                                                                                        "corrected"):
         raise Conflict("executor_stage", f"Stateboard's executor performs {stage!r}: post 'proposed' with the "
                                          "action (or 'skipped'); the executor posts the rest.")
-    writer = RunWriter(run, actor, now)
     app = _Append(writer, body, stage, kind)
     recorded = _PREPARE[kind](app) if kind in _PREPARE else {}  # e.g. the approval a start spends
     event = writer.emit(
         kind, stage, reason_code=body.get("reason_code") or "", data={**(body.get("data") or {}), **recorded},
         effect=_validate_effect(body.get("effect")), evidence=_validate_evidence(body.get("evidence")),
-        client_event_id=client_event_id, body_digest=body_digest,
+        client_event_id=body.get("client_event_id"), body_digest=body_digest,
         idempotency_key=_event_effect_key(run, kind, stage, body),
     )
     _HANDLERS[kind](app, event)
     goal_catch_up(writer)  # a run that kept an outdated goal moves once its effects are settled
     writer.renew_lease()
-    writer.flush()
-    claim_uris = [e["uri"] for e in event.evidence if e.get("uri", "").startswith("claim:")]
-    if claim_uris:
-        knowledge_services.claim_citations_record(event_id=event.id, run_id=run.id, actor=actor, at=now,
-                                                  uris=claim_uris)
-    return event, True
+    return event
+
+
+def _citations_record(writer: RunWriter, events: list[LedgerEvent]) -> None:
+    """The ``claim:`` evidence of flushed events, recorded as citations."""
+    for event in events:
+        claim_uris = [e["uri"] for e in event.evidence if e.get("uri", "").startswith("claim:")]
+        if claim_uris:
+            knowledge_services.claim_citations_record(event_id=event.id, run_id=writer.run.id, actor=writer.actor,
+                                                      at=writer.now, uris=claim_uris)
 
 
 def _event_effect_key(run: Run, kind: str, stage: str, body: dict) -> str:

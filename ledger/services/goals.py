@@ -17,7 +17,7 @@ from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, Goal, Run
 from ledger.services.escalations import escalation_raise
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
 from ledger.services.versions import goal_latest_version
-from ledger.services.writer import RunWriter, input_fingerprint
+from ledger.services.writer import RunWriter, input_fingerprint, intent_lock
 from stateboard.errors import Invalid
 
 # States in which a run still owes the world something: it keeps its goal until they are over.
@@ -112,9 +112,10 @@ def goal_create(*, workflow_slug: str, intent, objective=None, constraints=None,
         raise Invalid("validation_error", f"objective must be a string of at most {TEXT_MAX} characters.",
                       field="objective")
     constraints, acceptance = _text_list(constraints, "constraints"), _text_list(acceptance, "acceptance")
-    workflow = Workflow.objects.select_for_update().filter(slug=workflow_slug).first()  # serialises with triggers
+    workflow = Workflow.objects.filter(slug=workflow_slug).first()
     if workflow is None:
         raise Invalid("unknown_workflow", f"No workflow with slug {workflow_slug!r}.")
+    intent_lock(workflow.id, intent)  # serialises with the intent's triggers, on-call actions and other goals
     previous = Goal.objects.filter(workflow=workflow, intent=intent).order_by("-version").first()
     if change == "amend" and previous is not None:
         objective = previous.objective if objective is None else objective

@@ -14,7 +14,7 @@ from ledger import recovery, selectors, sql
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, Trigger, Workflow
 from ledger.services.escalations import escalation_raise
 from ledger.services.versions import goal_latest_version
-from ledger.services.writer import (RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock,
+from ledger.services.writer import (RunWriter, input_fingerprint, intent_lock, lease_expired, lease_fail, run_lock,
                                     workflow_spec)
 from stateboard.canonical import canonical_json
 from stateboard.errors import Conflict, Invalid
@@ -172,34 +172,62 @@ def decision_apply(writer: RunWriter, inp: recovery.RecoveryInput, context: dict
     return decision
 
 
-@transaction.atomic
+def _trigger_key_run(workflow_slug: str, *, trigger_key: str, intent: str, inputs, trigger: str,
+                     staged: bool) -> Run | None:
+    """The run (with its workflow, one read) this trigger key already made if it is the same trigger (same
+    intent and inputs, and the same kind: staged or real), None if the key is unused; refused if it was
+    used otherwise."""
+    existing = (Run.objects.select_related("workflow").filter(workflow__slug=workflow_slug, trigger_key=trigger_key)
+                .first())
+    if existing is not None and existing.intent == intent and existing.staged == staged \
+            and canonical_json(existing.inputs) == canonical_json(inputs):
+        return existing
+    if trigger_key.startswith("schedule:") and trigger != Trigger.SCHEDULE:
+        raise Invalid("reserved_trigger_key", "Trigger keys beginning 'schedule:' belong to schedule ticks; "
+                                              "only a duplicate of the tick's run is accepted.")
+    if existing is not None:
+        raise Conflict("trigger_key_mismatch",
+                       f"trigger_key {trigger_key!r} was already used with another intent, other inputs "
+                       "or for the other kind of run (staged or real).",
+                       run=str(existing.id))
+    return None
+
+
 def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigger: str = Trigger.API,
                 trigger_key: str | None = None, env_fingerprint: str = "", actor: str = "system",
                 staged: bool = False) -> tuple[Run, bool]:
-    """Trigger a run: dedupe by trigger key, expire dead leases, decide, record. Returns (run, created).
-    A staged run (SPEC §10.3) reads and expires nothing: its decision is always fresh / staged."""
-    try:
-        workflow = Workflow.objects.select_for_update().get(slug=workflow_slug)
-    except Workflow.DoesNotExist:
+    """Trigger a run: dedupe by trigger key (one read, before any transaction or lock), lock the intent,
+    expire dead leases, decide, record. Returns (run, created). Triggers of different intents of one
+    workflow never wait for each other. A staged run (SPEC §10.3) reads and expires nothing: its
+    decision is always fresh / staged."""
+    staged = bool(staged)
+    if trigger_key and trigger in Trigger.values:  # otherwise refused below, in the order of its checks
+        existing = _trigger_key_run(workflow_slug, trigger_key=trigger_key, intent=intent or workflow_slug,
+                                    inputs=inputs, trigger=trigger, staged=staged)
+        if existing is not None:
+            return existing, False
+    with transaction.atomic():
+        return _run_trigger_locked(workflow_slug=workflow_slug, inputs=inputs, intent=intent, trigger=trigger,
+                                   trigger_key=trigger_key, env_fingerprint=env_fingerprint, actor=actor,
+                                   staged=staged)
+
+
+def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigger: str, trigger_key: str | None,
+                        env_fingerprint: str, actor: str, staged: bool) -> tuple[Run, bool]:
+    workflow = Workflow.objects.filter(slug=workflow_slug).first()
+    if workflow is None:
         raise Invalid("unknown_workflow", f"No workflow with slug {workflow_slug!r}.")
     intent = intent or workflow.slug
     if trigger not in Trigger.values:
         raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")
-    if trigger_key:
-        existing = Run.objects.filter(workflow=workflow, trigger_key=trigger_key).first()
-        same = existing is not None and existing.intent == intent and \
-            canonical_json(existing.inputs) == canonical_json(inputs) and existing.staged == bool(staged)
-        if same:
-            return existing, False
-        if trigger_key.startswith("schedule:") and trigger != Trigger.SCHEDULE:
-            raise Invalid("reserved_trigger_key", "Trigger keys beginning 'schedule:' belong to schedule ticks; "
-                                                  "only a duplicate of the tick's run is accepted.")
+    keyed = bool(trigger_key)
+    trigger_key = trigger_key or f"{trigger}:{uuid.uuid4()}"
+    intent_lock(workflow.id, intent)
+    if keyed:  # the same trigger may have committed while this one waited for the intent
+        existing = _trigger_key_run(workflow.slug, trigger_key=trigger_key, intent=intent, inputs=inputs,
+                                    trigger=trigger, staged=staged)
         if existing is not None:
-            raise Conflict("trigger_key_mismatch",
-                           f"trigger_key {trigger_key!r} was already used with another intent, other inputs "
-                           "or for the other kind of run (staged or real).", run=str(existing.id))
-    else:
-        trigger_key = f"{trigger}:{uuid.uuid4()}"
+            return existing, False
 
     now = timezone.now()
     goal_version = goal_latest_version(workflow_id=workflow.id, intent=intent)
@@ -225,7 +253,12 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
         with transaction.atomic():
             writer.flush(insert=True)
     except IntegrityError:
-        # The workflow lock serialises triggers; this is the database's backstop.
+        # The intent lock serialises triggers of an intent; these are the database's backstops: the key
+        # taken meanwhile by a trigger of another intent, or another active run of this intent.
+        existing = keyed and _trigger_key_run(workflow.slug, trigger_key=trigger_key, intent=intent, inputs=inputs,
+                                              trigger=trigger, staged=staged)  # mismatch if another took it
+        if existing:
+            return existing, False
         raise Conflict("active_run_exists", "Another run of this intent became active; trigger again.")
     if decision.outcome == "escalated":
         escalation_raise(writer.run, now=now)

@@ -260,16 +260,26 @@ def lease_fail(writer: RunWriter) -> None:
     writer.transition("failed", reason, cause="lease_expired", lease_owner=run.lease_owner)
 
 
+def intent_lock(workflow_id: int, intent: str) -> None:
+    """Serialise this transaction with every other writer of the intent (triggers, on-call, approval
+    decisions) and with nobody else. The lock order of every writer: the intent first, then run rows,
+    never an intent lock while holding a run row. PostgreSQL: an advisory transaction lock; SQLite
+    (the embedded demo) has one writer at a time, so nothing to do there."""
+    if sql.available():
+        sql.intent_advisory_lock(workflow_id, intent)
+
+
 def workflow_and_run_lock(run_id) -> tuple[Workflow, Run]:
-    """Lock in the order every writer uses: the workflow row first, then the run."""
+    """Lock in the order every writer uses: the run's intent first (``intent_lock``), then the run."""
     try:
-        workflow_id = Run.objects.filter(id=run_id).values_list("workflow_id", flat=True).first()
+        found = Run.objects.filter(id=run_id).values_list("workflow_id", "intent").first()
     except (ValueError, TypeError, DjangoValidationError):
-        workflow_id = None
-    if workflow_id is None:
+        found = None
+    if found is None:
         raise NotFound("run_not_found", f"No run with id {run_id}.")
-    workflow = Workflow.objects.select_for_update().get(id=workflow_id)
-    return workflow, run_lock(run_id)
+    intent_lock(*found)
+    run = run_lock(run_id)
+    return run.workflow, run
 
 
 # ---------------------------------------------------------------- hash chain

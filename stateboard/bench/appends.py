@@ -26,7 +26,6 @@ STREAM_STAGES = (
     "fetch", "parse", "dedupe", "classify", "assess", "plan", "draft", "review", "lint", "commit",
     "build", "test", "package", "push", "stage", "smoke", "approve", "deploy", "monitor", "report",
 )
-HTTP_WORKERS = 4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,19 +189,20 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def gunicorn_server(db_name: str, say: Out):
+def gunicorn_server(db_name: str, say: Out, **env_extra: str):
+    """gunicorn started as ``manage.py up`` starts it (``stateboard.webserver``), on a free port."""
     import requests
     from django.conf import settings
 
+    from stateboard.webserver import gunicorn_command
+
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    gunicorn = Path(sys.executable).with_name("gunicorn")
-    cmd = [str(gunicorn)] if gunicorn.exists() else [sys.executable, "-m", "gunicorn"]
-    cmd += ["stateboard.wsgi", "-w", str(HTTP_WORKERS), "-b", f"127.0.0.1:{port}"]
+    cmd = gunicorn_command(sys.executable, f"127.0.0.1:{port}")
     env = dict(os.environ)
     env.update(DATABASE_URL=database_url(db_name), DEBUG="0", ALLOWED_HOSTS="127.0.0.1",
                SECRET_KEY=os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
-               DJANGO_SETTINGS_MODULE="stateboard.settings", LOG_LEVEL="WARNING")
+               DJANGO_SETTINGS_MODULE="stateboard.settings", LOG_LEVEL="WARNING", **env_extra)
     log = (Path(settings.BASE_DIR) / "var")
     log.mkdir(parents=True, exist_ok=True)
     log_path = log / "bench-gunicorn.log"
@@ -223,7 +223,7 @@ def gunicorn_server(db_name: str, say: Out):
                     raise BenchError(f"gunicorn did not answer on {base} within 60 s; see {log_path}")
                 time.sleep(0.2)
         pool = env.get("DB_POOL", "1")
-        say(f"gunicorn up: {' '.join(cmd[-5:])} (DEBUG off, DB_POOL={pool}), log {log_path}")
+        say(f"gunicorn up: {' '.join(cmd[3:])} (DEBUG off, DB_POOL={pool}), log {log_path}")
         yield base
     finally:
         if proc.poll() is None:
@@ -244,7 +244,7 @@ class _Http:
         self.session = requests.Session()
         self.session.headers.update({"Authorization": f"Token {token}", "Content-Type": "application/json"})
 
-    def post(self, path: str, body: dict, expect=(201,)) -> dict:
+    def post(self, path: str, body, expect=(201,)):
         response = self.session.post(self.base + path, data=json.dumps(body), timeout=30)
         if response.status_code not in expect:
             raise BenchError(f"POST {path} answered {response.status_code}: {response.text[:500]}")

@@ -11,7 +11,11 @@ anyway). Each figure is the median of ``reps`` repetitions:
   ``succeeded`` on non-effect stages, ``started`` / ``succeeded`` / ``verified`` on the 3 effect
   stages, every event with a ``client_event_id``) and a plain append (``proposed`` on an executing
   stage: one event, no transition, no checkpoint);
-- the same two streams through the HTTP API served by gunicorn (4 sync workers);
+- the same two streams through the HTTP API served by gunicorn as ``manage.py up`` starts it
+  (``stateboard.webserver``: gthread, workers = cores, 4 threads), the same plain append with the pool
+  off (persistent connections), one client's p95, batches of 20 events and a duplicate trigger's p50;
+- batches of 20 through ``services.events_append``; new triggers of 16 intents of one workflow from N
+  clients under the intent lock beside the former per-workflow lock; statements per request;
 - ``services.checkpoint_save`` + ``selectors.checkpoint_latest`` pairs;
 - the recovery decision's read path and a full ``run_trigger`` rolled back, with ~10k and ~1M
   ledger events loaded by COPY (``loader.LedgerHistory``), plus the EXPLAIN of the read path at 1M.
@@ -23,8 +27,8 @@ import os
 import time
 import uuid
 
-from stateboard.bench import appends, decisions
-from stateboard.bench.appends import CALLS_PER_RUN, EFFECT_STAGES, HTTP_WORKERS, STREAM_STAGES
+from stateboard.bench import agentpath, appends, decisions
+from stateboard.bench.appends import CALLS_PER_RUN, EFFECT_STAGES, STREAM_STAGES
 from stateboard.bench.common import (BenchError, Out, Report, Row, loadavg, measure_raw, median, rate, ratio,
                                      raw_table, scratch_database, verdict)
 from stateboard.bench.loader import LedgerHistory
@@ -34,6 +38,10 @@ TARGET_APPEND_AIM = 0.35
 TARGET_CHECKPOINT_MIN = 0.20
 TARGET_DECISION_P95_MS = 5.0
 TARGET_DECISION_GROWTH = 1.5
+TARGET_HTTP_APPEND = 0.15
+TARGET_BATCH = 5.0
+TARGET_DUPLICATE_P50_MS = 3.0
+LATENCY_SAMPLES = 300
 
 FULL_EVENTS = 1_000_000
 FULL_RUNS = 100_000
@@ -64,9 +72,12 @@ def run(*, out, scale: float = 1.0, skip_http: bool = False, skip_load: bool = F
                 f"{clients} clients (processes, one connection each); load average {loadavg()}")
             with raw_table():
                 appends.stream_workflow()
+                agentpath.intents_workflow()
                 _throughput(report, say, reps=reps, duration=duration, clients=clients)
+                _triggers(report, say, reps=reps, duration=duration, clients=clients)
                 if not skip_http:
                     _http(report, say, db_name=db_name, reps=reps, duration=duration, clients=clients)
+                _statements(report, say)
             if not skip_load:
                 _decisions(report, say, scale=scale, reps=reps)
     finally:
@@ -80,7 +91,7 @@ def _throughput(report: Report, say: Out, *, reps: int, duration: float, clients
     say(f"== event appends and checkpoints through the service layer ({reps} reps x {duration:g} s each) ==")
     say(f"   stream: each client drives its own runs through {len(STREAM_STAGES)} stages ({len(EFFECT_STAGES)} "
         f"effect stages): {CALLS_PER_RUN} event_append calls per run")
-    series = {k: [] for k in ("raw1", "rawN", "svc1", "svcN", "plain1", "plainN", "cp1")}
+    series = {k: [] for k in ("raw1", "rawN", "svc1", "svcN", "plain1", "plainN", "cp1", "batchN")}
     guess1, guessN = 300.0, 200.0
     inline = 0
     for rep in range(1, reps + 1):
@@ -92,6 +103,7 @@ def _throughput(report: Report, say: Out, *, reps: int, duration: float, clients
             "plain1": appends.measure_service_plain(1, duration),
             "plainN": appends.measure_service_plain(clients, duration),
             "cp1": appends.measure_checkpoint(1, duration),
+            "batchN": agentpath.measure_service_batch(clients, duration),
         }
         guess1, guessN = m["svc1"].rate, m["svcN"].rate / clients
         inline += m["svc1"].extra.get("inline_triggers", 0) + m["svcN"].extra.get("inline_triggers", 0)
@@ -100,7 +112,8 @@ def _throughput(report: Report, say: Out, *, reps: int, duration: float, clients
         say(f"  rep {rep}: raw {m['raw1'].rate:,.0f}/s x1, {m['rawN'].rate:,.0f}/s x{clients} | "
             f"stream {m['svc1'].rate:,.0f}/s x1, {m['svcN'].rate:,.0f}/s x{clients} | "
             f"plain {m['plain1'].rate:,.0f}/s x1, {m['plainN'].rate:,.0f}/s x{clients} | "
-            f"checkpoint save+load {m['cp1'].rate:,.0f}/s x1")
+            f"checkpoint save+load {m['cp1'].rate:,.0f}/s x1 | batch of {agentpath.BATCH_SIZE} "
+            f"{m['batchN'].rate:,.0f} events/s x{clients}")
     if inline:
         say(f"  note: {inline} runs were triggered inside a timed window (pre-triggered runs ran out)")
     med = {k: median(v) for k, v in series.items()}
@@ -115,6 +128,11 @@ def _throughput(report: Report, say: Out, *, reps: int, duration: float, clients
                        f"raw x{nclients} {rate(med[base_key])}", f"{share:.3f}x",
                        f">= {TARGET_APPEND_MIN:.2f}x (aim {TARGET_APPEND_AIM:.2f}x)",
                        verdict(share >= TARGET_APPEND_MIN) + (" aim" if share >= TARGET_APPEND_AIM else "")))
+    share = ratio(med["batchN"], med["plainN"])
+    report.figures["batchN_ratio"] = share
+    report.add(Row(f"append batch of {agentpath.BATCH_SIZE}, service layer, {clients} clients",
+                   f"{rate(med['batchN'])} events", f"single plain x{clients} {rate(med['plainN'])}", f"{share:.2f}x",
+                   "(info)", ""))
     share = ratio(med["cp1"], med["raw1"])
     report.figures["cp1_ratio"] = share
     report.add(Row("checkpoint save + load latest, 1 client", rate(med["cp1"]), f"raw x1 {rate(med['raw1'])}",
@@ -131,28 +149,84 @@ def _http(report: Report, say: Out, *, db_name: str, reps: int, duration: float,
     from ledger.identities import agent_create
 
     say("")
-    say(f"== event appends through the HTTP API (gunicorn -w {HTTP_WORKERS}, {clients} client threads with "
-        "requests.Session, 127.0.0.1) ==")
+    say(f"== the HTTP API (gunicorn as `up` starts it, {clients} client processes with requests.Session, "
+        "127.0.0.1) ==")
     _, token = agent_create(name=f"bench-http-{uuid.uuid4().hex[:6]}")
-    series = {"rawN": [], "httpN": [], "hplainN": []}
+    keys = ("rawN", "httpN", "hplainN", "hbatchN", "hplain_nopoolN")
+    series = {k: [] for k in keys}
     guess = 100.0
-    with appends.gunicorn_server(db_name, say) as base:
+    with appends.gunicorn_server(db_name, say, DB_POOL="1") as base:
         for rep in range(1, reps + 1):
             m = {"rawN": measure_raw(clients, duration),
                  "httpN": appends.measure_http_stream(base, token, clients, duration, guess),
-                 "hplainN": appends.measure_http_plain(base, token, clients, duration)}
+                 "hplainN": appends.measure_http_plain(base, token, clients, duration),
+                 "hbatchN": agentpath.measure_http_batch(base, token, clients, duration)}
             guess = m["httpN"].rate / clients
             for key, value in m.items():
                 series[key].append(value.rate)
             say(f"  rep {rep}: raw {m['rawN'].rate:,.0f}/s x{clients} | HTTP stream {m['httpN'].rate:,.0f}/s | "
-                f"HTTP plain {m['hplainN'].rate:,.0f}/s")
+                f"HTTP plain {m['hplainN'].rate:,.0f}/s | HTTP batch of {agentpath.BATCH_SIZE} "
+                f"{m['hbatchN'].rate:,.0f} events/s")
+        latency = agentpath.measure_http_latency(base, token, LATENCY_SAMPLES)
+        duplicate = agentpath.measure_duplicate_trigger(base, token, LATENCY_SAMPLES)
+        say(f"  1 client, {LATENCY_SAMPLES} plain appends: p50 {latency['p50']:.2f} ms, p95 {latency['p95']:.2f} ms; "
+            f"duplicate trigger p50 {duplicate['p50']:.2f} ms, p95 {duplicate['p95']:.2f} ms")
+    with appends.gunicorn_server(db_name, say, DB_POOL="0") as base:
+        for rep in range(1, reps + 1):
+            series["hplain_nopoolN"].append(appends.measure_http_plain(base, token, clients, duration).rate)
+            say(f"  rep {rep}: HTTP plain, pool off (CONN_MAX_AGE) {series['hplain_nopoolN'][-1]:,.0f}/s")
     med = {k: median(v) for k, v in series.items()}
     report.figures.update({f"{k}_per_s": v for k, v in med.items()})
-    for key, label in (("httpN", "append, HTTP API, stream"), ("hplainN", "append, HTTP API, plain (proposed)")):
+    for key, label in (("httpN", "append, HTTP API, stream"), ("hplainN", "append, HTTP API, plain (proposed)"),
+                       ("hplain_nopoolN", "append, HTTP API, plain, pool off (CONN_MAX_AGE=60)")):
         share = ratio(med[key], med["rawN"])
         report.figures[f"{key}_ratio"] = share
         report.add(Row(f"{label}, {clients} clients", rate(med[key]), f"raw x{clients} {rate(med['rawN'])}",
-                       f"{share:.3f}x", "(info)", ""))
+                       f"{share:.3f}x", f">= {TARGET_HTTP_APPEND:.2f}x", verdict(share >= TARGET_HTTP_APPEND)))
+    share = ratio(med["hbatchN"], med["hplainN"])
+    report.figures["hbatchN_ratio"] = share
+    report.add(Row(f"append batch of {agentpath.BATCH_SIZE}, HTTP API, {clients} clients",
+                   f"{rate(med['hbatchN'])} events", f"single plain x{clients} {rate(med['hplainN'])}",
+                   f"{share:.2f}x", f">= {TARGET_BATCH:g}x", verdict(share >= TARGET_BATCH)))
+    report.figures.update(http_p50_ms=latency["p50"], http_p95_ms=latency["p95"],
+                          duplicate_p50_ms=duplicate["p50"], duplicate_p95_ms=duplicate["p95"])
+    report.add(Row("append, HTTP API, plain, 1 client p50 / p95", f"{latency['p50']:.2f} / {latency['p95']:.2f} ms",
+                   "", "", "(info)", ""))
+    report.add(Row("duplicate trigger, HTTP API, 1 client p50 / p95",
+                   f"{duplicate['p50']:.2f} / {duplicate['p95']:.2f} ms", "", "",
+                   f"p50 <= {TARGET_DUPLICATE_P50_MS:g} ms", verdict(duplicate["p50"] <= TARGET_DUPLICATE_P50_MS)))
+
+
+def _triggers(report: Report, say: Out, *, reps: int, duration: float, clients: int) -> None:
+    say("")
+    say(f"== new triggers of {agentpath.INTENTS} intents of one workflow, {clients} clients: the intent lock "
+        "beside the former workflow lock ==")
+    series = {"intent": [], "workflow": []}
+    for rep in range(1, reps + 1):
+        order = ("intent", "workflow") if rep % 2 else ("workflow", "intent")  # alternate: no order bias
+        for key in order:
+            series[key].append(agentpath.measure_intent_triggers(clients, duration,
+                                                                 workflow_lock=key == "workflow").rate)
+        say(f"  rep {rep}: intent lock {series['intent'][-1]:,.0f}/s | workflow lock {series['workflow'][-1]:,.0f}/s")
+    med = {k: median(v) for k, v in series.items()}
+    share = ratio(med["intent"], med["workflow"])
+    report.figures.update(triggers_intent_per_s=med["intent"], triggers_workflow_per_s=med["workflow"],
+                          triggers_ratio=share)
+    report.add(Row(f"new triggers, {agentpath.INTENTS} intents of one workflow, {clients} clients",
+                   rate(med["intent"]), f"workflow lock {rate(med['workflow'])}", f"{share:.2f}x", "(info)", ""))
+
+
+def _statements(report: Report, say: Out) -> None:
+    from ledger.identities import agent_create
+
+    say("")
+    say("== SQL statements per request (Django test client in this process; BEGIN, COMMIT and savepoints not counted) ==")
+    _, token = agent_create(name=f"bench-stmts-{uuid.uuid4().hex[:6]}")
+    counts = agentpath.statements_per_request(token)
+    for label, count in counts.items():
+        say(f"  {label}: {count}")
+        report.figures[f"statements {label}"] = count
+        report.add(Row(f"statements: {label}", str(count), "", "", "(info)", ""))
 
 
 def _decisions(report: Report, say: Out, *, scale: float, reps: int) -> None:

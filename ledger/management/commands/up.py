@@ -10,6 +10,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from stateboard.webserver import gunicorn_command
+
 
 def _local(host: str) -> str:
     """The address the demo fleet calls: the server's own, or loopback when it listens everywhere."""
@@ -47,9 +49,7 @@ class Command(BaseCommand):
         python = sys.executable
         bind = f"{host}:{port}"
         processes = {
-            # No control socket (gunicorn ≥ 25 opens one in the working directory by default).
-            "web": [python, "-m", "gunicorn", "stateboard.wsgi", "--bind", bind, "--workers", "2",
-                    "--access-logfile", "-", "--no-control-socket"],
+            "web": gunicorn_command(python, bind),  # gthread workers sized to the machine (stateboard.webserver)
             "worker": [python, "-m", "celery", "-A", "stateboard", "worker", "--pool", "solo", "--loglevel", "INFO"],
             "beat": [python, "-m", "celery", "-A", "stateboard", "beat", "--loglevel", "INFO",
                      "--scheduler", "ledger.beat:TickScheduler",

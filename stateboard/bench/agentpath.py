@@ -1,0 +1,216 @@
+"""The agent's path: HTTP latency of one client, batches of events (HTTP and service layer),
+duplicate triggers over HTTP, triggers of many intents of one workflow (the intent lock beside the
+former per-workflow lock, measured in the same run), and SQL statements per request."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+
+from stateboard.bench.appends import STREAM_STAGES, STREAM_WORKFLOW, _Http, _service_trigger, plain_body
+from stateboard.bench.common import Measure, percentile, run_clients
+
+BATCH_SIZE = 20
+INTENTS_WORKFLOW = "bench-intents"
+INTENTS = 16
+
+
+def _started_run_http(http: _Http, name: str) -> str:
+    run_id = http.trigger(name)
+    http.post(f"/api/v1/runs/{run_id}/events/", {"stage": STREAM_STAGES[0], "kind": "started"})
+    return run_id
+
+
+def measure_http_latency(base: str, token: str, n: int) -> dict:
+    """One client, ``n`` plain appends one after another: p50 / p95 in ms."""
+    http = _Http(base, token)
+    try:
+        run_id = _started_run_http(http, "http-latency")
+        samples = []
+        for _ in range(n):
+            started = time.perf_counter()
+            http.post(f"/api/v1/runs/{run_id}/events/", plain_body(STREAM_STAGES[0]))
+            samples.append((time.perf_counter() - started) * 1000)
+    finally:
+        http.close()
+    return {"p50": percentile(samples, 0.5), "p95": percentile(samples, 0.95)}
+
+
+def measure_http_batch(base: str, token: str, clients: int, duration: float, size: int = BATCH_SIZE) -> Measure:
+    """Batches of ``size`` plain events over HTTP; the Measure counts events."""
+    def prepare(i):
+        http = _Http(base, token)
+        return {"http": http, "run": _started_run_http(http, f"http-batch-{i}")}
+
+    def step(ctx):
+        body = [plain_body(STREAM_STAGES[0]) for _ in range(size)]
+        ctx["http"].post(f"/api/v1/runs/{ctx['run']}/events/", body)
+
+    m = run_clients(clients, prepare, step, duration, lambda ctx: ctx["http"].close())
+    return Measure(m.ops * size, m.seconds, m.extra)
+
+
+def measure_service_batch(clients: int, duration: float, size: int = BATCH_SIZE) -> Measure:
+    """Batches of ``size`` plain events through ``services.events_append``; the Measure counts events."""
+    from ledger import services
+
+    def prepare(i):
+        actor = f"agent:bench-batch-{i}"
+        run_id = _service_trigger(actor)
+        services.event_append(run_id=run_id, body={"stage": STREAM_STAGES[0], "kind": "started"}, actor=actor)
+        return {"actor": actor, "run": run_id}
+
+    def step(ctx):
+        services.events_append(run_id=ctx["run"], bodies=[plain_body(STREAM_STAGES[0]) for _ in range(size)],
+                               actor=ctx["actor"])
+
+    m = run_clients(clients, prepare, step, duration)
+    return Measure(m.ops * size, m.seconds, m.extra)
+
+
+def measure_duplicate_trigger(base: str, token: str, n: int) -> dict:
+    """One client resending one keyed trigger ``n`` times (200, the same run): p50 / p95 in ms."""
+    http = _Http(base, token)
+    body = {"workflow": STREAM_WORKFLOW, "intent": f"dup/{uuid.uuid4().hex[:8]}", "inputs": {"item": 1},
+            "trigger_key": f"dup-{uuid.uuid4().hex}", "env_fingerprint": "img:1"}
+    try:
+        first = http.post("/api/v1/runs/", body)
+        samples = []
+        for _ in range(n):
+            started = time.perf_counter()
+            again = http.post("/api/v1/runs/", body, expect=(200,))
+            samples.append((time.perf_counter() - started) * 1000)
+            assert again["id"] == first["id"]
+    finally:
+        http.close()
+    return {"p50": percentile(samples, 0.5), "p95": percentile(samples, 0.95)}
+
+
+def intents_workflow():
+    from ledger.models import Workflow
+
+    workflow, _ = Workflow.objects.get_or_create(
+        slug=INTENTS_WORKFLOW, defaults={"title": "Bench intents", "stages": list(STREAM_STAGES[:4]),
+                                         "effect_stages": [], "approval_stages": [], "lease_seconds": 3600})
+    return workflow
+
+
+def measure_intent_triggers(clients: int, duration: float, *, workflow_lock: bool) -> Measure:
+    """New (unkeyed) triggers of ``INTENTS`` intents of one workflow, client i cycling through its share.
+    ``workflow_lock``: each trigger first locks the workflow row, as every trigger did before the intent lock."""
+    from django.db import transaction
+
+    from ledger import services
+    from ledger.models import Workflow
+
+    tag = uuid.uuid4().hex[:6]
+    per_client = max(1, INTENTS // clients)
+
+    def prepare(i):
+        return {"i": i, "k": 0, "actor": f"agent:bench-intents-{i}"}
+
+    def step(ctx):
+        intent = f"{tag}-{ctx['i'] + clients * (ctx['k'] % per_client)}"
+        ctx["k"] += 1
+        with transaction.atomic():
+            if workflow_lock:
+                Workflow.objects.select_for_update().get(slug=INTENTS_WORKFLOW)
+            services.run_trigger(workflow_slug=INTENTS_WORKFLOW, inputs={"n": 1}, intent=intent, actor=ctx["actor"])
+
+    return run_clients(clients, prepare, step, duration)
+
+
+# ---------------------------------------------------------------------------------------------
+# statements per request
+
+
+class _CountingCursor:
+    """psycopg's cursor on the hot path (``ledger.sql``'s write cursor, invisible to Django's query log)."""
+
+    def __init__(self, cursor, log: list):
+        self._cursor, self._log = cursor, log
+
+    def __enter__(self):
+        self._cursor.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._cursor.__exit__(*exc)
+
+    def execute(self, query, params=None, **kwargs):
+        self._log.append(query)
+        return self._cursor.execute(query, params, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._cursor, name)
+
+
+@contextlib.contextmanager
+def statements_counted():
+    """Every SQL statement of the block: Django's (CaptureQueriesContext) and ``ledger.sql``'s write cursor.
+    Yields a list whose length is the count once the block ends (BEGIN, COMMIT and savepoints not included)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from ledger import sql
+
+    raw: list = []
+    original = sql._cursor
+
+    def counting(*, write_path: bool = True):
+        cursor = original(write_path=write_path)
+        return _CountingCursor(cursor, raw) if write_path else cursor
+
+    counted: list = []
+    sql._cursor = counting
+    try:
+        with CaptureQueriesContext(connection) as captured:
+            yield counted
+    finally:
+        sql._cursor = original
+    counted.extend(q for q in [q["sql"] for q in captured.captured_queries] + raw
+                   if q.split(None, 1)[0].upper() not in ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE"))
+
+
+def statements_per_request(token: str) -> dict:
+    """Statements of one request each, through Django's test client in this process (token auth included)."""
+    from django.test import Client
+
+    client = Client(HTTP_AUTHORIZATION=f"Token {token}", HTTP_HOST="127.0.0.1")
+
+    def post(path, body, expect):
+        response = client.post(path, json.dumps(body), content_type="application/json")
+        assert response.status_code == expect, (path, response.status_code, response.content[:300])
+        return response.json()
+
+    trigger = {"workflow": STREAM_WORKFLOW, "intent": f"stmts/{uuid.uuid4().hex[:8]}", "inputs": {"item": 2},
+               "trigger_key": f"stmts-{uuid.uuid4().hex}", "env_fingerprint": "img:1"}
+    counts = {}
+    with statements_counted() as trig:
+        run = post("/api/v1/runs/", trigger, 201)
+    counts["trigger (new run)"] = len(trig)
+    with statements_counted() as dup:
+        post("/api/v1/runs/", trigger, 200)
+    counts["trigger (duplicate)"] = len(dup)
+    events = f"/api/v1/runs/{run['id']}/events/"
+    post(events, {"stage": STREAM_STAGES[0], "kind": "started"}, 201)
+    post(events, plain_body(STREAM_STAGES[0]), 201)  # warm
+    with statements_counted() as one:
+        post(events, plain_body(STREAM_STAGES[0]), 201)
+    counts["append (plain)"] = len(one)
+    with statements_counted() as passed:
+        post(events, {"client_event_id": uuid.uuid4().hex, "stage": STREAM_STAGES[0], "kind": "succeeded"}, 201)
+    counts["append (stage passed: checkpoint + transition)"] = len(passed)
+    with statements_counted() as batch:
+        post(events, [{"client_event_id": uuid.uuid4().hex, "stage": STREAM_STAGES[1], "kind": "started"}]
+             + [plain_body(STREAM_STAGES[1]) for _ in range(BATCH_SIZE - 1)], 201)
+    counts[f"append batch of {BATCH_SIZE}"] = len(batch)
+    for label, path in (("page GET /runs/{id}/", f"/api/v1/runs/{run['id']}/"),
+                        ("page GET /runs/{id}/events/ (one page)", events)):
+        with statements_counted() as page:
+            response = client.get(path)
+            assert response.status_code == 200, response.content[:300]
+        counts[label] = len(page)
+    return counts
