@@ -1,6 +1,6 @@
 from django.urls import path
 
-from ledger import api, api_goals, api_notifications, api_resume
+from ledger import api, api_goals, api_humans, api_notifications, api_resume
 
 urlpatterns = [
     path("workflows/", api.WorkflowListCreateApi.as_view(), name="workflow_list"),
@@ -14,14 +14,14 @@ urlpatterns = [
     path("runs/<uuid:run_id>/verify-chain/", api.RunVerifyChainApi.as_view(), name="run_verify_chain"),
     path("runs/<uuid:run_id>/checkpoints/", api.RunCheckpointCreateApi.as_view(), name="run_checkpoint_create"),
     path("runs/<uuid:run_id>/checkpoint/", api.RunCheckpointLatestApi.as_view(), name="run_checkpoint_latest"),
-    path("runs/<uuid:run_id>/approvals/", api.RunApprovalCreateApi.as_view(), name="run_approval_create"),
-    path("runs/<uuid:run_id>/retry/", api.RunRetryApi.as_view(), name="run_retry"),
-    path("runs/<uuid:run_id>/compensate/", api.RunCompensateApi.as_view(), name="run_compensate"),
-    path("runs/<uuid:run_id>/abandon/", api.RunAbandonApi.as_view(), name="run_abandon"),
+    path("runs/<uuid:run_id>/approvals/", api_humans.RunApprovalCreateApi.as_view(), name="run_approval_create"),
+    path("runs/<uuid:run_id>/retry/", api_humans.RunRetryApi.as_view(), name="run_retry"),
+    path("runs/<uuid:run_id>/compensate/", api_humans.RunCompensateApi.as_view(), name="run_compensate"),
+    path("runs/<uuid:run_id>/abandon/", api_humans.RunAbandonApi.as_view(), name="run_abandon"),
     path("runs/<uuid:run_id>/rollback/", api_goals.RunRollbackApi.as_view(), name="run_rollback"),
-    path("approvals/", api.ApprovalListApi.as_view(), name="approval_list"),
-    path("approvals/<uuid:approval_id>/approve/", api.ApprovalApproveApi.as_view(), name="approval_approve"),
-    path("approvals/<uuid:approval_id>/reject/", api.ApprovalRejectApi.as_view(), name="approval_reject"),
+    path("approvals/", api_humans.ApprovalListApi.as_view(), name="approval_list"),
+    path("approvals/<uuid:approval_id>/approve/", api_humans.ApprovalApproveApi.as_view(), name="approval_approve"),
+    path("approvals/<uuid:approval_id>/reject/", api_humans.ApprovalRejectApi.as_view(), name="approval_reject"),
     path("effects/", api.EffectListApi.as_view(), name="effect_list"),
     path("metrics/", api.MetricsApi.as_view(), name="metrics"),
     path("notifications/", api_notifications.NotificationListApi.as_view(), name="notification_list"),
