@@ -23,11 +23,13 @@ class Command(BaseCommand):
         "Takes about 5-10 minutes at --scale 1. 'knowledge' runs stateboard.bench.knowledge in the same "
         "kind of scratch database; 'sweeps' the stale-claim, checkpoint-prune and retention sweeps over "
         "100,000 rows each (--scale scales them), with rows/s and the longest lock-holding batch; 'pages' "
-        "the operator pages' p50/p95 server time and statements with 100,000 runs / 1,000,000 events loaded (--scale scales them)."
+        "the operator pages' p50/p95 server time and statements with 100,000 runs / 1,000,000 events loaded (--scale scales them); 'agents' full "
+        "runs/s of the Python client over HTTP beside the raw HTTP append, and the resume packet p50/p95 with "
+        "10,000 claims in scope."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("target", choices=["ledger", "knowledge", "sweeps", "pages"], help="what to benchmark")
+        parser.add_argument("target", choices=["ledger", "knowledge", "sweeps", "pages", "agents"], help="what to benchmark")
         parser.add_argument("--scale", type=float, default=1.0,
                             help="scale the data sizes (1.0: 1,000,000 events / 100,000 runs; tests use 0.001)")
         parser.add_argument("--skip-http", action="store_true", help="ledger: skip the HTTP API figures")
@@ -43,7 +45,7 @@ class Command(BaseCommand):
         parser.add_argument("--clients", type=int, default=4, help="ledger: concurrent clients (threads)")
 
     def handle(self, *args, **options):
-        from stateboard.bench import knowledge, ledger, pages, sweeps
+        from stateboard.bench import agents, knowledge, ledger, pages, sweeps
         from stateboard.bench.common import BenchError, Out, scratch_database
 
         try:
@@ -56,6 +58,11 @@ class Command(BaseCommand):
                 raise CommandError("--scale must be positive.")
             if options["reps"] < 1 or options["duration"] <= 0 or options["clients"] < 1:
                 raise CommandError("--reps, --duration and --clients must be positive.")
+            if options["target"] == "agents":
+                with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
+                    agents.run(out=self.stdout, scale=options["scale"], reps=options["reps"],
+                               duration=options["duration"], clients=options["clients"], db_name=options["db_name"])
+                return
             ledger.run(
                 out=self.stdout, scale=options["scale"], skip_http=options["skip_http"],
                 skip_load=options["skip_load"], keep=options["keep"], db_name=options["db_name"],
