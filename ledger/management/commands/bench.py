@@ -22,10 +22,10 @@ class Command(BaseCommand):
         "save+load/s, and the recovery decision p50/p95 with 10k and 1M ledger events loaded in bulk. "
         "Takes about 5-10 minutes at --scale 1. 'knowledge' runs stateboard.bench.knowledge in the same "
         "kind of scratch database; 'sweeps' the stale-claim, checkpoint-prune and retention sweeps over "
-        "100,000 rows each (--scale scales them), with rows/s and the longest lock-holding batch; 'pages' "
-        "the operator pages' p50/p95 server time and statements with 100,000 runs / 1,000,000 events loaded (--scale scales them); 'agents' full "
-        "runs/s of the Python client over HTTP beside the raw HTTP append, and the resume packet p50/p95 with "
-        "10,000 claims in scope."
+        "100,000 rows each (--scale scales them), with rows/s and the longest lock-holding batch, and 10,000 "
+        "queued runs leased by 4 agents beside raw SKIP LOCKED; 'pages' the operator pages' p50/p95 server "
+        "time and statements with 100,000 runs / 1,000,000 events loaded; 'agents' full runs/s of the Python "
+        "client over HTTP beside the raw HTTP append, and the resume packet p50/p95 with 10,000 claims in scope."
     )
 
     def add_arguments(self, parser):
