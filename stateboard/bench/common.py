@@ -223,7 +223,9 @@ def _client_loop(i: int, prepare, step, duration: float, cleanup, wait) -> tuple
     start = time.perf_counter()
     deadline, done = start + duration, 0
     while True:
-        step(ctx)
+        if step(ctx) is False:  # nothing left to do: this client stops early
+            now = time.perf_counter()
+            break
         done += 1
         now = time.perf_counter()
         if now >= deadline:
@@ -232,7 +234,8 @@ def _client_loop(i: int, prepare, step, duration: float, cleanup, wait) -> tuple
 
 
 def run_clients(n: int, prepare, step, duration: float, cleanup=None) -> Measure:
-    """``n`` clients: ``ctx = prepare(i)`` untimed, then ``step(ctx)`` until ``duration`` has passed.
+    """``n`` clients: ``ctx = prepare(i)`` untimed, then ``step(ctx)`` until ``duration`` has passed
+    (or until ``step`` returns False: that step is not counted).
 
     One client runs in this process; several run as forked processes (each with its own database
     connection), so Python work uses every core as real agents would. All start together (a

@@ -6,7 +6,9 @@ Loaded by COPY, then swept the way beat runs them (batches, one transaction each
   every claim marked and its owner notified once (a second sweep finds nothing);
 - checkpoints: ``scale`` x 100,000 expired checkpoints, 100 per intent — all but the latest of
   each intent pruned;
-- retention: ``scale`` x 2,000 sensitive claims past ``retention_until`` erased and tombstoned.
+- retention: ``scale`` x 2,000 sensitive claims past ``retention_until`` erased and tombstoned;
+- leases: ``scale`` x 10,000 queued runs leased by 4 agent processes (``services.run_lease``) beside
+  raw ``SELECT ... FOR UPDATE SKIP LOCKED`` + ``UPDATE`` by 4 psycopg connections (``bench.leases``).
 
 For each: total time, rows per second, number of batches and the longest batch (the longest
 any sweep holds its row locks). Figures only; nothing is asserted.
@@ -154,4 +156,15 @@ def run(*, out, scale: float = 1.0) -> dict:
     _line(out, "sensitive claims erased + tombstoned", report["erased"], seconds, report["batches"],
           report["longest_batch_seconds"])
     figures["retention"] = {**report, "seconds": seconds}
+
+    from stateboard.bench import leases
+
+    n_queued = max(20, int(10_000 * scale))
+    service = leases.measure_service(n_queued, 4, tag=tag, now=timezone.now())
+    raw = leases.measure_raw(n_queued, 4)
+    share = service["rate"] / raw["rate"] if raw["rate"] else 0.0
+    out.write(f"  {'queued runs leased, 4 agents':34s} {service['leases']:>9,} leases in {service['seconds']:7.2f} s = "
+              f"{service['rate']:>9,.0f}/s ({service['distinct_leased']:,} runs leased, each once); raw SKIP LOCKED "
+              f"+ UPDATE x4 {raw['leases']:,} in {raw['seconds']:.2f} s = {raw['rate']:,.0f}/s; ratio {share:.3f}x\n")
+    figures["leases"] = {"service": service, "raw": raw, "ratio": share}
     return figures

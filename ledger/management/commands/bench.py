@@ -22,11 +22,14 @@ class Command(BaseCommand):
         "save+load/s, and the recovery decision p50/p95 with 10k and 1M ledger events loaded in bulk. "
         "Takes about 5-10 minutes at --scale 1. 'knowledge' runs stateboard.bench.knowledge in the same "
         "kind of scratch database; 'sweeps' the stale-claim, checkpoint-prune and retention sweeps over "
-        "100,000 rows each (--scale scales them), with rows/s and the longest lock-holding batch."
+        "100,000 rows each (--scale scales them), with rows/s and the longest lock-holding batch, and 10,000 "
+        "queued runs leased by 4 agents beside raw SKIP LOCKED; 'pages' the operator pages' p50/p95 server "
+        "time and statements with 100,000 runs / 1,000,000 events loaded; 'agents' full runs/s of the Python "
+        "client over HTTP beside the raw HTTP append, and the resume packet p50/p95 with 10,000 claims in scope."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("target", choices=["ledger", "knowledge", "sweeps"], help="what to benchmark")
+        parser.add_argument("target", choices=["ledger", "knowledge", "sweeps", "pages", "agents"], help="what to benchmark")
         parser.add_argument("--scale", type=float, default=1.0,
                             help="scale the data sizes (1.0: 1,000,000 events / 100,000 runs; tests use 0.001)")
         parser.add_argument("--skip-http", action="store_true", help="ledger: skip the HTTP API figures")
@@ -42,12 +45,12 @@ class Command(BaseCommand):
         parser.add_argument("--clients", type=int, default=4, help="ledger: concurrent clients (threads)")
 
     def handle(self, *args, **options):
-        from stateboard.bench import knowledge, ledger, sweeps
+        from stateboard.bench import agents, knowledge, ledger, pages, sweeps
         from stateboard.bench.common import BenchError, Out, scratch_database
 
         try:
-            if options["target"] in ("knowledge", "sweeps"):
-                bench = knowledge if options["target"] == "knowledge" else sweeps
+            if options["target"] in ("knowledge", "sweeps", "pages"):
+                bench = {"knowledge": knowledge, "sweeps": sweeps, "pages": pages}[options["target"]]
                 with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
                     bench.run(out=self.stdout, scale=options["scale"])
                 return
@@ -55,6 +58,11 @@ class Command(BaseCommand):
                 raise CommandError("--scale must be positive.")
             if options["reps"] < 1 or options["duration"] <= 0 or options["clients"] < 1:
                 raise CommandError("--reps, --duration and --clients must be positive.")
+            if options["target"] == "agents":
+                with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
+                    agents.run(out=self.stdout, scale=options["scale"], reps=options["reps"],
+                               duration=options["duration"], clients=options["clients"], db_name=options["db_name"])
+                return
             ledger.run(
                 out=self.stdout, scale=options["scale"], skip_http=options["skip_http"],
                 skip_load=options["skip_load"], keep=options["keep"], db_name=options["db_name"],
