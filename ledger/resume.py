@@ -58,37 +58,45 @@ def _goal(run: Run) -> dict:
     return goal
 
 
-def _scoped_claims(run: Run, *, user, now: datetime) -> tuple[list[dict], list[dict]]:
-    """(facts, leads) of the workflow's knowledge scope; an empty scope reads no claims."""
+def _fact(claim) -> dict:
+    return {"key": claim.key, "statement": claim.statement, "source_refs": claim.source_refs,
+            "observed_at": _iso(claim.observed_at), "refresh_after": _iso(claim.refresh_after),
+            "version": claim.version}
+
+
+def _lead(claim) -> dict:
+    return {"key": claim.key, "statement": claim.statement, "refresh_after": _iso(claim.refresh_after)}
+
+
+def _scoped(run: Run, *, user, now: datetime, use_as: str):
+    """The workflow's knowledge scope's live claims used as ``use_as``; None for an empty scope."""
     scope = getattr(run.workflow, "knowledge_scope", None) or {}
     if not (scope.get("system") or scope.get("task")):
-        return [], []
-    facts, leads = [], []
-    heads = knowledge_selectors.claims_live(user=user, system=scope.get("system") or None,
-                                            task=scope.get("task") or None, now=now)
-    for head in heads:
-        claim = head.current
-        use_as = knowledge_selectors.claim_use_as(claim, now=now, needs_review=head.needs_review)
-        if use_as == "fact":
-            facts.append({"key": claim.key, "statement": claim.statement, "source_refs": claim.source_refs,
-                          "observed_at": _iso(claim.observed_at), "refresh_after": _iso(claim.refresh_after),
-                          "version": claim.version})
-        elif use_as == "lead":
-            leads.append({"key": claim.key, "statement": claim.statement, "refresh_after": _iso(claim.refresh_after)})
-    return facts, leads
+        return None
+    return knowledge_selectors.claims_live(user=user, system=scope.get("system") or None,
+                                           task=scope.get("task") or None, use_as=use_as, now=now)
 
 
-def _fit(items: list[dict], room: int, *, oldest_first) -> tuple[list[dict], int]:
-    """Drop items, oldest first, until the rest fits in ``room`` bytes; (kept, bytes used).
-    An item costs its JSON and a comma (the first needs none, so this errs on the safe side)."""
-    sizes = {id(item): _size(item) + 1 for item in items}
-    used, dropped = sum(sizes.values()), set()
-    for item in sorted(items, key=oldest_first):
-        if used <= room:
-            break
-        used -= sizes[id(item)]
-        dropped.add(id(item))
-    return [item for item in items if id(item) not in dropped], used
+def _newest_that_fit(heads, *, newest_first: str, item, room: int, chunk: int = 64) -> tuple[list[dict], int]:
+    """Items of ``heads``, newest first, while they fit in ``room`` bytes: what dropping the oldest until
+    the rest fits keeps, read a chunk at a time so a large scope is never read whole. An item costs its
+    JSON and a comma (the first needs none, so this errs on the safe side)."""
+    kept, used = [], 0
+    if heads is None or room <= 0:
+        return kept, used
+    ordered = heads.order_by(newest_first, "key")
+    for start in range(0, 10**9, chunk):
+        page = list(ordered[start:start + chunk])
+        for head in page:
+            entry = item(head.current)
+            cost = _size(entry) + 1
+            if used + cost > room:
+                return kept, used
+            kept.append(entry)
+            used += cost
+        if len(page) < chunk:
+            return kept, used
+    return kept, used
 
 
 def resume_packet(*, run: Run, user, budget_tokens: int = BUDGET_DEFAULT, now: datetime | None = None) -> dict:
@@ -127,19 +135,22 @@ def resume_packet(*, run: Run, user, budget_tokens: int = BUDGET_DEFAULT, now: d
         "approx_tokens": 0,
         "omitted": {"facts": 0, "leads": 0},
     }
-    facts, leads = _scoped_claims(run, user=user, now=now)
+    facts_in, leads_in = (_scoped(run, user=user, now=now, use_as=use) for use in ("fact", "lead"))
+    fact_total = facts_in.count() if facts_in is not None else 0
+    lead_total = leads_in.count() if leads_in is not None else 0
     # The core with room for the counters' widest values; then facts and leads fill what is left.
-    core = _size({**packet, "approx_tokens": BUDGET_MAX, "omitted": {"facts": len(facts), "leads": len(leads)}})
+    core = _size({**packet, "approx_tokens": BUDGET_MAX, "omitted": {"facts": fact_total, "leads": lead_total}})
     budget_bytes = budget_tokens * 4
     if core > budget_bytes:
         raise Invalid("budget_too_small", f"The decision, stages and effects alone need about "
                                           f"{approx_tokens(core)} tokens; ask for at least that many.",
                       needed_tokens=approx_tokens(core))
     room = budget_bytes - core
-    fact_bytes = sum(_size(fact) + 1 for fact in facts)
-    kept_leads, lead_bytes = _fit(leads, max(room - fact_bytes, 0), oldest_first=lambda x: x["refresh_after"] or "")
-    kept_facts, _ = _fit(facts, room - lead_bytes, oldest_first=lambda x: x["observed_at"] or "")
-    packet["facts"], packet["leads"] = kept_facts, kept_leads
-    packet["omitted"] = {"facts": len(facts) - len(kept_facts), "leads": len(leads) - len(kept_leads)}
+    # Leads are dropped first (the longest-stale first), then facts (the oldest observed first).
+    facts, fact_bytes = _newest_that_fit(facts_in, newest_first="-current__observed_at", item=_fact, room=room)
+    leads_room = room - fact_bytes if len(facts) == fact_total else 0
+    leads, _ = _newest_that_fit(leads_in, newest_first="-current__refresh_after", item=_lead, room=leads_room)
+    packet["facts"], packet["leads"] = facts, leads
+    packet["omitted"] = {"facts": fact_total - len(facts), "leads": lead_total - len(leads)}
     packet["approx_tokens"] = approx_tokens(_size({**packet, "approx_tokens": BUDGET_MAX}))
     return packet

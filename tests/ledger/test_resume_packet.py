@@ -35,7 +35,7 @@ def _claim(owner, spec, now, system) -> tuple[str, str]:
     system = system if spec["in_scope"] else unique("elsewhere")
     key = unique(f"{system}/fact")
     observed = now - timedelta(days=spec["age_days"])
-    refresh = observed + (timedelta(hours=spec["age_days"] * 24 - 1) if spec["fate"] == "stale"
+    refresh = observed + (timedelta(hours=spec["age_days"] * 12) if spec["fate"] == "stale"
                           else timedelta(days=spec["age_days"] + 30))
     data = {"key": key, "statement": " ".join(["word"] * spec["words"]), "source_refs": ["https://docs.test/x"],
             "source_type": "official-doc", "scope": {"system": system, "task": "triage"},
