@@ -4,6 +4,8 @@ import itertools
 
 from django.utils import timezone
 
+from tests.factories import client_for, make_agent, make_workflow
+
 _ids = itertools.count(1)
 EVIDENCE = [{"uri": "https://example.test/check", "observed_at": "2026-11-29T12:00:00+00:00", "digest": "sha256:1"}]
 
@@ -43,6 +45,18 @@ class AgentDriver:
 
     def run(self, run_id):
         return self.client.get(f"/api/v1/runs/{run_id}/").json()
+
+
+def driven_run(*stages, **trigger):
+    """A new agent's driver on a new workflow without approval stages, and a run it triggered
+    (``trigger`` holds the trigger's fields) and passed through ``stages``: (driver, run, token)."""
+    workflow = make_workflow(approval_stages=[])
+    _, token = make_agent()
+    driver = AgentDriver(client_for(token), workflow.slug)
+    run = driver.trigger(**trigger)
+    for stage in stages:
+        driver.pass_stage(run["id"], stage)
+    return driver, run, token
 
 
 def now():
