@@ -1,7 +1,8 @@
-"""Small builders for tests: users in roles, agents with tokens, workflows, API clients."""
+"""Small builders for tests: users in roles, agents with tokens, workflows, API and page clients."""
 
 import itertools
 
+from django.test import Client
 from rest_framework.test import APIClient
 
 from ledger.identities import agent_create, operator_create
@@ -36,3 +37,23 @@ def client_for(token: str | None) -> APIClient:
     if token:
         client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     return client
+
+
+HX = {"HTTP_HX_REQUEST": "true"}  # a page request as htmx sends it
+
+
+def page_client(user) -> Client:
+    """A client of the server-rendered pages, logged in as ``user``."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def login(role: str) -> tuple[Client, object]:
+    """A new operator in ``role`` and a page client logged in as them: (client, user)."""
+    user, _ = make_operator(role)
+    return page_client(user), user
+
+
+def texts(response) -> str:
+    return response.content.decode()

@@ -1,7 +1,6 @@
 """Approvals inbox as a decision desk, the on-call preview, and redaction on inbox and admin."""
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from ledger import preview, services
@@ -9,8 +8,7 @@ from ledger.models import Approval, LedgerEvent, Run
 from tests.browser.scenarios import (
     EVIDENCE, agent_driver, approval_workflow, awaiting_approval_run, escalated_run, escalation_workflow,
 )
-from tests.factories import make_operator, make_workflow
-from tests.test_pages import HX, login, texts
+from tests.factories import HX, login, make_operator, make_workflow, page_client, texts
 from tests.test_run_page import queries
 
 pytestmark = pytest.mark.django_db
@@ -45,8 +43,7 @@ def test_redaction_on_the_run_page_inbox_and_admin():
     admin_user, _ = make_operator("owner")
     admin_user.is_staff = admin_user.is_superuser = True
     admin_user.save()
-    admin = Client()
-    admin.force_login(admin_user)
+    admin = page_client(admin_user)
     event = LedgerEvent.objects.filter(run_id=run["id"], kind="succeeded").first()
     for url in (f"/admin/ledger/ledgerevent/{event.id}/change/", f"/admin/ledger/run/{run['id']}/change/",
                 f"/admin/ledger/approval/{approval['id']}/change/"):

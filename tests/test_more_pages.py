@@ -12,9 +12,8 @@ from ledger import services
 from ledger.models import AuditEntry, SavedView
 from ledger.views.workflows import next_ticks
 from tests.browser.scenarios import agent_driver, escalated_run, escalation_workflow
-from tests.factories import make_operator, make_workflow
+from tests.factories import HX, login, make_operator, make_workflow, texts
 from tests.knowledge.conftest import proposal
-from tests.test_pages import HX, login, texts
 from tests.test_run_page import long_run, queries
 
 pytestmark = pytest.mark.django_db

@@ -2,11 +2,10 @@
 
 import pytest
 from django.core import mail
-from django.test import Client
 
 from ledger import services
 from ledger.models import Notification
-from tests.factories import client_for, make_operator
+from tests.factories import client_for, make_operator, page_client
 from tests.ledger.test_approvals import ACTION, Crew
 from tests.ledger.test_oncall import OnCall
 
@@ -92,8 +91,7 @@ def test_notifications_page_lists_them_and_marks_read_without_js():
     alice.set_password("pw")
     alice.save()
     [nid] = _send(alice, "x", subject="Claim billing/timeout is stale")
-    browser = Client()
-    browser.force_login(alice)
+    browser = page_client(alice)
     page = browser.get("/notifications/")
     html = page.content.decode()
     assert page.status_code == 200 and "Claim billing/timeout is stale" in html
@@ -110,8 +108,7 @@ def test_notifications_page_another_users_notification_is_404():
     alice, _ = make_operator("viewer")
     bob, _ = make_operator("viewer")
     [nid] = _send(alice, "x")
-    browser = Client()
-    browser.force_login(bob)
+    browser = page_client(bob)
     assert browser.post(f"/notifications/{nid}/read/").status_code == 404
     assert Notification.objects.get(id=nid).read_at is None
 

@@ -5,7 +5,6 @@ import uuid
 import pytest
 from django.contrib.staticfiles import finders
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
@@ -14,22 +13,10 @@ from ledger.models import Approval, AuditEntry, Run
 from tests.browser.scenarios import (
     agent_driver, approval_workflow, awaiting_approval_run, completed_run, escalated_run, escalation_workflow,
 )
-from tests.factories import make_operator, make_workflow
+from tests.factories import HX, login, make_operator, make_workflow, texts
 
 pytestmark = pytest.mark.django_db
 
-HX = {"HTTP_HX_REQUEST": "true"}
-
-
-def login(role: str) -> tuple[Client, object]:
-    user, _ = make_operator(role)
-    client = Client()
-    client.force_login(user)
-    return client, user
-
-
-def texts(response) -> str:
-    return response.content.decode()
 
 
 @pytest.fixture

@@ -9,8 +9,7 @@ from ledger.models import Run
 from tests.browser.scenarios import (
     EVIDENCE, agent_driver, approval_workflow, awaiting_approval_run, escalated_run, escalation_workflow,
 )
-from tests.factories import make_workflow
-from tests.test_pages import HX, login, texts
+from tests.factories import HX, login, make_workflow, texts
 
 pytestmark = pytest.mark.django_db
 
