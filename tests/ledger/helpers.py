@@ -1,7 +1,9 @@
 """Drive runs through the API the way an agent does."""
 
 import itertools
+import threading
 
+from django.db import connection
 from django.utils import timezone
 
 from tests.factories import client_for, make_agent, make_workflow
@@ -57,6 +59,34 @@ def driven_run(*stages, **trigger):
     for stage in stages:
         driver.pass_stage(run["id"], stage)
     return driver, run, token
+
+
+def race(n, fn):
+    """Run fn(i) in n threads released together, each on its own connection; returns their results
+    (a value, or the exception fn raised: see ``raised``)."""
+    barrier = threading.Barrier(n)
+    results = [None] * n
+
+    def worker(i):
+        try:
+            barrier.wait()
+            results[i] = fn(i)
+        except Exception as exc:  # collected and asserted by the caller
+            results[i] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
+def raised(results) -> list[Exception]:
+    """The exceptions among ``race``'s results."""
+    return [r for r in results if isinstance(r, Exception)]
 
 
 def now():
