@@ -55,7 +55,10 @@ class Actor:
 
 def _operator_fixture(name: str, role: str):
     """The fixture ``name``: a new operator in ``role``, as an Actor."""
-    return pytest.fixture(lambda: Actor(*make_operator(role)), name=name)
+    def actor():
+        return Actor(*make_operator(role))
+    actor.__doc__ = f"A new operator in the {role} role, as an Actor."
+    return pytest.fixture(actor, name=name)
 
 
 owner = _operator_fixture("owner", "owner")
