@@ -39,6 +39,17 @@ class AgentDriver:
         else:
             self.event(run_id, stage, "succeeded")
 
+    def fail_stage(self, run_id, stage):
+        self.event(run_id, stage, "started")
+        self.event(run_id, stage, "failed")
+
+    def escalated_run(self, stage="build", **trigger):
+        """With a retry budget of one: a run fails ``stage``, and its re-trigger (the body returned) escalates."""
+        self.fail_stage(self.trigger(**trigger)["id"], stage)
+        escalated = self.trigger(**trigger)
+        assert escalated["state"] == "escalated", escalated
+        return escalated
+
     def lease(self, expect=200, **body):
         """POST /runs/lease/ for this driver's workflow; the leased run's body (or None on 204)."""
         response = self.client.post("/api/v1/runs/lease/", {"workflows": [self.workflow], **body}, format="json")
