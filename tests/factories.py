@@ -2,7 +2,9 @@
 
 import itertools
 
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from ledger.identities import agent_create, operator_create
@@ -57,3 +59,21 @@ def login(role: str) -> tuple[Client, object]:
 
 def texts(response) -> str:
     return response.content.decode()
+
+
+def page_queries(client, url, data=None, **extra) -> int:
+    """How many queries one GET of the page at ``url`` runs (it must answer 200)."""
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url, data, **extra).status_code == 200
+    return len(ctx.captured_queries)
+
+
+def assert_queries_flat(client, url, add_row, rows: int) -> int:
+    """The page runs as many queries with one row as with ``rows`` (``add_row(n)`` adds row n);
+    returns that count."""
+    add_row(0)
+    few = page_queries(client, url)
+    for n in range(1, rows):
+        add_row(n)
+    assert page_queries(client, url) == few
+    return few

@@ -3,15 +3,13 @@
 from datetime import timedelta
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from knowledge import services
 from knowledge.models import Claim, ClaimHead
 from ledger.models import AuditEntry
-from tests.factories import HX, login, make_agent, make_operator, page_client, texts
+from tests.factories import HX, assert_queries_flat, login, make_agent, make_operator, page_client, texts
 from tests.knowledge.conftest import iso, proposal
 
 pytestmark = pytest.mark.django_db
@@ -211,15 +209,20 @@ def test_the_claims_owner_revokes_it(queues):
     assert response.status_code == 302 and current(stale.key).status == "revoked"
 
 
+def _refresh(client, key, *, days, **fields):
+    """POST the refresh form with htmx: observed an hour ago, to be refreshed in ``days`` days."""
+    now = timezone.now()
+    return client.post(reverse("knowledge:claim_refresh"), {
+        "key": key, "observed_at": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
+        "refresh_after": (now + timedelta(days=days)).strftime("%Y-%m-%dT%H:%M"), **fields}, **HX)
+
+
 def test_refresh_makes_a_stale_claim_fresh_with_new_sources(queues):
     owner, _, stale, _ = queues
     client = page_client(owner)
     now = timezone.now()
-    response = client.post(reverse("knowledge:claim_refresh"), {
-        "key": stale.key, "observed_at": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
-        "refresh_after": (now + timedelta(days=10)).strftime("%Y-%m-%dT%H:%M"),
-        "source_refs": "https://docs.example.com/a\n\nhttps://docs.example.com/b\n",
-    }, **HX)
+    response = _refresh(client, stale.key, days=10,
+                        source_refs="https://docs.example.com/a\n\nhttps://docs.example.com/b\n")
     assert response.status_code == 200 and f'id="stale-{stale.store_version}"' not in texts(response)
     fresh = current(stale.key)
     assert fresh.version == 2 and fresh.refresh_after > now
@@ -229,11 +232,7 @@ def test_refresh_makes_a_stale_claim_fresh_with_new_sources(queues):
 def test_refresh_refused_by_the_write_gate_shows_its_reasons(queues):
     owner, _, stale, _ = queues
     client = page_client(owner)
-    now = timezone.now()
-    response = client.post(reverse("knowledge:claim_refresh"), {
-        "key": stale.key, "observed_at": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
-        "refresh_after": (now + timedelta(days=1000)).strftime("%Y-%m-%dT%H:%M"),
-    }, **HX)
+    response = _refresh(client, stale.key, days=1000)
     assert response.status_code == 422 and "write gate" in texts(response)
     assert current(stale.key).version == 1
 
@@ -241,17 +240,8 @@ def test_refresh_refused_by_the_write_gate_shows_its_reasons(queues):
 def test_review_page_query_count_does_not_grow_with_rows(django_assert_max_num_queries):
     owner, _ = make_operator("owner")
     client = page_client(owner)
-    pending_inference(owner), stale_claim(owner), flagged_claim(owner)
-
-    def count():
-        with CaptureQueriesContext(connection) as ctx:
-            assert client.get(reverse(REVIEW)).status_code == 200
-        return len(ctx.captured_queries)
-
-    few = count()
-    for _ in range(8):
-        pending_inference(owner), stale_claim(owner), flagged_claim(owner)
-    assert count() == few
+    assert_queries_flat(client, reverse(REVIEW),
+                        lambda n: (pending_inference(owner), stale_claim(owner), flagged_claim(owner)), rows=9)
     with django_assert_max_num_queries(8):
         client.get(reverse(REVIEW))
 
