@@ -103,6 +103,19 @@ def test_notifications_page_lists_them_and_marks_read_without_js():
     assert "No unread notifications." in browser.get("/notifications/?unread=1").content.decode()
 
 
+def test_notifications_page_pages_keep_the_unread_filter():
+    """Past one page, the newer / older links keep ``unread=1`` when it is set, and only then."""
+    alice, _ = make_operator("viewer")
+    for n in range(51):
+        _send(alice, f"k-{n}")
+    browser = page_client(alice)
+    unread = browser.get("/notifications/?unread=1").content.decode()
+    assert 'href="?unread=1&amp;page=2">Older →' in unread and "page 1 of 2" in unread
+    assert 'href="?page=2">Older →' in browser.get("/notifications/").content.decode()
+    older = browser.get("/notifications/?unread=1&page=2").content.decode()
+    assert 'href="?unread=1&amp;page=1">← Newer' in older and "Older →" not in older
+
+
 def test_notifications_page_another_users_notification_is_404():
     """Marking someone else's notification read answers 404 and leaves it unread."""
     alice, _ = make_operator("viewer")

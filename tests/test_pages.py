@@ -139,6 +139,19 @@ def test_run_list_filters_by_workflow_state_and_intent(awaiting, escalated):
     assert ignored.status_code == 200 and "post-a" in texts(ignored)
 
 
+def test_run_list_pages_keep_the_filters_in_their_links():
+    """Past one page of runs, the newer / older links carry the filters along with the page number."""
+    wf = make_workflow()
+    for n in range(51):
+        services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=f"p-{n}")
+    viewer, _ = login("viewer")
+    first = texts(viewer.get(reverse("ledger:run_list"), {"workflow": wf.slug}))
+    assert f'href="?workflow={wf.slug}&amp;page=2">Older →' in first and "← Newer" not in first
+    assert "page 1 of 2" in first
+    second = texts(viewer.get(reverse("ledger:run_list"), {"workflow": wf.slug, "page": 2}))
+    assert f'href="?workflow={wf.slug}&amp;page=1">← Newer' in second and "Older →" not in second
+
+
 def test_run_list_query_count_does_not_grow_with_rows(django_assert_max_num_queries):
     """One query for the rows (workflow joined), whatever their number."""
     wf = make_workflow()
