@@ -119,6 +119,13 @@ def test_saved_views_are_stored_and_shared():
     assert f'href="{view.url().replace("&", "&amp;")}"' in texts(viewer.get(reverse("ledger:run_list")))
 
 
+def test_saved_view_with_a_blank_name_is_refused_with_a_message():
+    """A name of spaces saves nothing and says that a name is required."""
+    editor, _ = login("editor")
+    response = editor.post(reverse("ledger:saved_view_create"), {"name": "   ", "query": "state=failed"}, follow=True)
+    assert "A name is required." in texts(response) and not SavedView.objects.exists()
+
+
 def test_run_list_query_count_is_constant_with_search_and_saved_views():
     wf = make_workflow()
     viewer, _ = login("viewer")
