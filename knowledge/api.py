@@ -92,22 +92,6 @@ class ClaimListProposeApi(APIView):
         cursor = serializers.CharField(required=False, allow_blank=True)
         limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_PAGE_SIZE)
 
-    class ProposeInputSerializer(serializers.Serializer):
-        # Values are judged by the write gate (every reason at once), not here.
-        key = serializers.JSONField(required=False)
-        statement = serializers.JSONField(required=False)
-        source_refs = serializers.JSONField(required=False)
-        source_type = serializers.JSONField(required=False)
-        scope = serializers.JSONField(required=False)
-        confidence = serializers.JSONField(required=False)
-        observed_at = serializers.JSONField(required=False)
-        refresh_after = serializers.JSONField(required=False)
-        owner = serializers.JSONField(required=False)
-        sensitivity = serializers.JSONField(required=False)
-        retention_until = serializers.JSONField(required=False)
-        derived_from = serializers.JSONField(required=False)
-        ledger_event = serializers.JSONField(required=False)
-
     @operation(OPS["claims_list"], parameters=[FilterSerializer], responses={200: page_of(
         "ClaimList", ClaimOutput, store_version=serializers.IntegerField(help_text="the store's version now"))})
     def get(self, request):
@@ -181,16 +165,6 @@ class ClaimRefreshApi(APIView):
     roles = {"POST": ANY}
     authorizer = authorizers.may_refresh
 
-    class ClaimRefreshInputSerializer(serializers.Serializer):
-        observed_at = serializers.JSONField(required=False)
-        refresh_after = serializers.JSONField(required=False)
-        source_refs = serializers.JSONField(required=False)
-        statement = serializers.JSONField(required=False)
-        ledger_event = serializers.JSONField(required=False)
-        retention_until = serializers.JSONField(required=False)
-        derived_from = serializers.JSONField(required=False)
-        reason = serializers.CharField(required=False, allow_blank=True)
-
     @operation(OPS["claims_refresh_create"], request=ClaimRefreshSerializer, responses={200: ClaimOutput})
     @refusals("claim_refresh")
     def post(self, request, key: str):
@@ -225,38 +199,35 @@ class TombstoneInputSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
 
 
-class ClaimInvalidateApi(APIView):
-    """Tombstone a claim (``reason`` required); claims derived from it are flagged for review."""
+def _tombstone_api(action: str, rule, service, doc: str):
+    """Invalidate and revoke: one body (a ``reason``) and one answer; each names its authorizer
+    (``rule``), its service, and through ``action`` its operation and refusal code."""
 
-    roles = {"POST": ANY}
-    authorizer = authorizers.may_invalidate
-    InputSerializer = TombstoneInputSerializer
+    class ClaimTombstoneApi(APIView):
+        __doc__ = doc
+        roles = {"POST": ANY}
+        authorizer = rule
+        InputSerializer = TombstoneInputSerializer
 
-    @operation(OPS["claims_invalidate_create"], request=InputSerializer, responses={200: ClaimOutput})
-    @refusals("claim_invalidate")
-    def post(self, request, key: str):
-        authorizers.may_invalidate(request.user, key)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        claim = services.claim_invalidate(user=request.user, key=key, reason=data.validated_data.get("reason", ""))
-        return Response(_claim_data(claim))
+        @operation(OPS[f"claims_{action}_create"], request=InputSerializer, responses={200: ClaimOutput})
+        @refusals(f"claim_{action}")
+        def post(self, request, key: str):
+            rule(request.user, key)
+            data = self.InputSerializer(data=request.data)
+            data.is_valid(raise_exception=True)
+            claim = service(user=request.user, key=key, reason=data.validated_data.get("reason", ""))
+            return Response(_claim_data(claim))
+
+    ClaimTombstoneApi.__name__ = ClaimTombstoneApi.__qualname__ = f"Claim{action.title()}Api"
+    return ClaimTombstoneApi
 
 
-class ClaimRevokeApi(APIView):
-    """Tombstone by the claim's owner alone (any owner-role user when it has none)."""
-
-    roles = {"POST": ANY}
-    authorizer = authorizers.may_revoke
-    InputSerializer = TombstoneInputSerializer
-
-    @operation(OPS["claims_revoke_create"], request=InputSerializer, responses={200: ClaimOutput})
-    @refusals("claim_revoke")
-    def post(self, request, key: str):
-        authorizers.may_revoke(request.user, key)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        claim = services.claim_revoke(user=request.user, key=key, reason=data.validated_data.get("reason", ""))
-        return Response(_claim_data(claim))
+ClaimInvalidateApi = _tombstone_api(
+    "invalidate", authorizers.may_invalidate, services.claim_invalidate,
+    "Tombstone a claim (``reason`` required); claims derived from it are flagged for review.")
+ClaimRevokeApi = _tombstone_api(
+    "revoke", authorizers.may_revoke, services.claim_revoke,
+    "Tombstone by the claim's owner alone (any owner-role user when it has none).")
 
 
 class KnowledgeReconcileApi(APIView):

@@ -14,15 +14,10 @@ class AcceptForm(ClaimActionForm):
 
 
 class TombstoneForm(ClaimActionForm):
-    """Invalidate and revoke: the reason is recorded on the tombstone, so it is required."""
+    """Invalidate and revoke: the reason is recorded on the tombstone, so it is required (a blank one
+    too: CharField strips it first)."""
 
     reason = forms.CharField(max_length=2000, error_messages={"required": "A reason is required."})
-
-    def clean_reason(self):
-        reason = self.cleaned_data["reason"].strip()
-        if not reason:
-            raise forms.ValidationError("A reason is required.")
-        return reason
 
 
 class RefreshForm(ClaimActionForm):

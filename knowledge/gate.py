@@ -109,6 +109,19 @@ def _check_key(key, policy: dict, reasons: _Reasons, name: str = "key") -> str |
     return key
 
 
+def _check_choice(proposal: Mapping[str, Any], name: str, choices: Mapping, reasons: _Reasons) -> str | None:
+    """A field that names one of the policy's ``choices``: the name, or None (and the reason) when
+    it is missing or unknown."""
+    value = proposal.get(name)
+    if not _present(value):
+        reasons.add(f"{name}_missing", name, f"{name} is one of {', '.join(choices)}.")
+    elif not isinstance(value, str) or value not in choices:
+        reasons.add(f"{name}_unknown", name, f"Unknown {name}; use one of {', '.join(choices)}.")
+    else:
+        return value
+    return None
+
+
 def evaluate(proposal: Mapping[str, Any], ctx: GateContext, policy: dict | None = None,
              *, allowed_fields: list[str] | None = None) -> GateResult:
     """Judge one proposal: every reason at once, the outcome, and the cleaned values."""
@@ -139,15 +152,9 @@ def evaluate(proposal: Mapping[str, Any], ctx: GateContext, policy: dict | None 
         cleaned["statement"] = statement
 
     # source_type (before sources: the allowed schemes depend on it)
-    source_type = proposal.get("source_type")
+    source_type = _check_choice(proposal, "source_type", policy["source_types"], reasons)
     type_rules = None
-    if not _present(source_type):
-        reasons.add("source_type_missing", "source_type",
-                    f"source_type is one of {', '.join(policy['source_types'])}.")
-    elif not isinstance(source_type, str) or source_type not in policy["source_types"]:
-        reasons.add("source_type_unknown", "source_type",
-                    f"Unknown source_type; use one of {', '.join(policy['source_types'])}.")
-    else:
+    if source_type is not None:
         type_rules = policy["source_types"][source_type]
         cleaned["source_type"] = source_type
 
@@ -214,15 +221,9 @@ def evaluate(proposal: Mapping[str, Any], ctx: GateContext, policy: dict | None 
         cleaned["observed_at"] = observed_at
 
     # confidence
-    confidence = proposal.get("confidence")
+    confidence = _check_choice(proposal, "confidence", policy["confidence"], reasons)
     conf_rules = None
-    if not _present(confidence):
-        reasons.add("confidence_missing", "confidence",
-                    f"confidence is one of {', '.join(policy['confidence'])}.")
-    elif not isinstance(confidence, str) or confidence not in policy["confidence"]:
-        reasons.add("confidence_unknown", "confidence",
-                    f"Unknown confidence; use one of {', '.join(policy['confidence'])}.")
-    else:
+    if confidence is not None:
         conf_rules = policy["confidence"][confidence] or {}
         cleaned["confidence"] = confidence
 

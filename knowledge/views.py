@@ -151,17 +151,19 @@ def claim_refresh(request):
         user=request.user, key=form.cleaned_data["key"], data=form.refresh_data()))
 
 
-@require_POST
-@login_required
-@refusals("claim_invalidate", back="knowledge:claim_review")
-def claim_invalidate(request):
-    return _claim_action(request, "invalidate", TombstoneForm, lambda form: services.claim_invalidate(
-        user=request.user, key=form.cleaned_data["key"], reason=form.cleaned_data["reason"]))
+def _tombstone_view(action: str, service):
+    """Invalidate and revoke: the same form (a key and a required reason), each its own service."""
+
+    @require_POST
+    @login_required
+    @refusals(f"claim_{action}", back="knowledge:claim_review")
+    def view(request):
+        return _claim_action(request, action, TombstoneForm, lambda form: service(
+            user=request.user, key=form.cleaned_data["key"], reason=form.cleaned_data["reason"]))
+
+    view.__name__ = view.__qualname__ = f"claim_{action}"
+    return view
 
 
-@require_POST
-@login_required
-@refusals("claim_revoke", back="knowledge:claim_review")
-def claim_revoke(request):
-    return _claim_action(request, "revoke", TombstoneForm, lambda form: services.claim_revoke(
-        user=request.user, key=form.cleaned_data["key"], reason=form.cleaned_data["reason"]))
+claim_invalidate = _tombstone_view("invalidate", services.claim_invalidate)
+claim_revoke = _tombstone_view("revoke", services.claim_revoke)

@@ -15,16 +15,11 @@ class ReasonForm(forms.Form):
 
 
 class RequiredReasonForm(ReasonForm):
-    """Reject and abandon: the reason is recorded with the decision, so it is required."""
+    """Reject and abandon: the reason is recorded with the decision, so it is required (a blank one
+    too: CharField strips it first)."""
 
     reason = forms.CharField(required=True, max_length=2000,
                              error_messages={"required": "A reason is required."})
-
-    def clean_reason(self):
-        reason = self.cleaned_data["reason"].strip()
-        if not reason:
-            raise forms.ValidationError("A reason is required.")
-        return reason
 
 
 class UUIDListField(forms.Field):
@@ -64,14 +59,8 @@ class BulkActionForm(forms.Form):
 class SavedViewForm(forms.Form):
     """A named filter set of the runs page, shared by the team."""
 
-    name = forms.CharField(max_length=100)
+    name = forms.CharField(max_length=100, error_messages={"required": "A name is required."})
     query = forms.CharField(required=False, max_length=2000, widget=forms.HiddenInput)
-
-    def clean_name(self):
-        name = self.cleaned_data["name"].strip()
-        if not name:
-            raise forms.ValidationError("A name is required.")
-        return name
 
     def clean_query(self):
         from django.http import QueryDict

@@ -20,13 +20,12 @@ from ledger.models import Approval, AuditEntry, Run, Workflow
 from stateboard.roles import allowed
 from tests.browser.scenarios import (ACTION, agent_driver, approval_workflow, awaiting_approval_run, completed_run,
                                      escalated_run, escalation_workflow)
-from tests.factories import client_for, make_agent, make_operator, make_workflow, unique
+from tests.factories import HX, client_for, make_agent, make_operator, make_workflow, unique
 from tests.knowledge.conftest import iso, proposal
 
 pytestmark = pytest.mark.django_db
 
 ROLES = ("viewer", "editor", "owner", "oncall", "agent")
-HX = {"HTTP_HX_REQUEST": "true"}
 
 
 def authorizer_functions() -> dict[str, Callable]:

@@ -6,7 +6,6 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -14,13 +13,11 @@ from knowledge.models import Claim
 from ledger.filters import id_prefix_q
 from ledger.models import Run
 from stateboard.moments import parse_moment
-from tests.factories import client_for, make_agent, make_operator, make_workflow
+from tests.factories import HX, client_for, login, make_agent, make_operator, make_workflow
 from tests.knowledge.conftest import proposal
 from tests.ledger.helpers import AgentDriver
 
 pytestmark = pytest.mark.django_db
-
-HX = {"HTTP_HX_REQUEST": "true"}
 
 
 @pytest.fixture
@@ -104,8 +101,7 @@ def test_run_filter_fields_mean_the_same_on_the_api_and_the_page(fleet):
     """workflow, state, intent (exact), created_after/before (any offset, converted to UTC) and q
     (id, id prefix, intent substring) select the same runs on GET /api/v1/runs/ and on /runs/."""
     driver, wf_a, wf_b, runs = fleet
-    viewer = Client()
-    viewer.force_login(make_operator("viewer")[0])
+    viewer, _ = login("viewer")
     first = runs[0]["id"]
     soon = (timezone.now() + timedelta(hours=1)).astimezone(timezone.get_fixed_timezone(20 * 60 + 58))
     cases = [
@@ -130,8 +126,7 @@ def test_run_filter_fields_mean_the_same_on_the_api_and_the_page(fleet):
 def test_run_page_ignores_a_filter_that_does_not_parse(fleet):
     """The page shows the runs the valid filters select (the API refuses instead)."""
     driver, wf_a, _, runs = fleet
-    viewer = Client()
-    viewer.force_login(make_operator("viewer")[0])
+    viewer, _ = login("viewer")
     html = viewer.get(reverse("ledger:run_list"), {"workflow": wf_a.slug, "created_after": "soon"}, **HX)
     assert html.status_code == 200
     assert all(f'/runs/{r["id"]}/' in html.content.decode() for r in runs[:2])

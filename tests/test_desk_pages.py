@@ -1,7 +1,6 @@
 """Approvals inbox as a decision desk, the on-call preview, and redaction on inbox and admin."""
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from ledger import preview, services
@@ -9,9 +8,7 @@ from ledger.models import Approval, LedgerEvent, Run
 from tests.browser.scenarios import (
     EVIDENCE, agent_driver, approval_workflow, awaiting_approval_run, escalated_run, escalation_workflow,
 )
-from tests.factories import make_operator, make_workflow
-from tests.test_pages import HX, login, texts
-from tests.test_run_page import queries
+from tests.factories import HX, login, make_operator, make_workflow, page_client, page_queries, texts
 
 pytestmark = pytest.mark.django_db
 
@@ -45,8 +42,7 @@ def test_redaction_on_the_run_page_inbox_and_admin():
     admin_user, _ = make_operator("owner")
     admin_user.is_staff = admin_user.is_superuser = True
     admin_user.save()
-    admin = Client()
-    admin.force_login(admin_user)
+    admin = page_client(admin_user)
     event = LedgerEvent.objects.filter(run_id=run["id"], kind="succeeded").first()
     for url in (f"/admin/ledger/ledgerevent/{event.id}/change/", f"/admin/ledger/run/{run['id']}/change/",
                 f"/admin/ledger/approval/{approval['id']}/change/"):
@@ -124,13 +120,14 @@ def test_inbox_query_count_is_constant_in_requests():
     editor, user = login("editor")
     for n in range(2):
         awaiting_approval_run(agent, f"q-{n}")
-    few, few_hx = queries(editor, reverse("ledger:approval_list")), queries(editor, reverse("ledger:approval_list"), **HX)
+    inbox = reverse("ledger:approval_list")
+    few, few_hx = page_queries(editor, inbox), page_queries(editor, inbox, **HX)
     for n in range(2, 10):
         _, approval = awaiting_approval_run(agent, f"q-{n}")
         if n % 2:
             services.approval_decide(approval_id=approval["id"], user=user, approve=True)
-    assert queries(editor, reverse("ledger:approval_list")) == few
-    assert queries(editor, reverse("ledger:approval_list"), **HX) == few_hx
+    assert page_queries(editor, inbox) == few
+    assert page_queries(editor, inbox, **HX) == few_hx
 
 
 # ---------------------------------------------------------------- on-call preview
@@ -180,7 +177,7 @@ def test_oncall_preview_cost_per_run_is_fixed():
     agent = agent_driver(wf)
     runs = [escalated_run(agent, f"c-{n}")[1]["id"] for n in range(3)]
     oncall, _ = login("oncall")
-    counts = [queries(oncall, reverse("ledger:oncall_preview"), {"action": "retry", "run": runs[:n]})
+    counts = [page_queries(oncall, reverse("ledger:oncall_preview"), {"action": "retry", "run": runs[:n]})
               for n in (1, 2, 3)]
     assert counts[1] - counts[0] == counts[2] - counts[1]
 

@@ -3,33 +3,18 @@
 from datetime import timedelta
 
 import pytest
-from django.db import connection
-from django.test import Client
-from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from knowledge import services
 from knowledge.models import Claim, ClaimHead
 from ledger.models import AuditEntry
-from tests.factories import make_agent, make_operator
+from tests.factories import HX, assert_queries_flat, login, make_agent, make_operator, page_client, texts
 from tests.knowledge.conftest import iso, proposal
 
 pytestmark = pytest.mark.django_db
 
-HX = {"HTTP_HX_REQUEST": "true"}
 REVIEW = "knowledge:claim_review"
-
-
-def login(role: str) -> tuple[Client, object]:
-    user, _ = make_operator(role)
-    client = Client()
-    client.force_login(user)
-    return client, user
-
-
-def texts(response) -> str:
-    return response.content.decode()
 
 
 def pending_inference(owner_user) -> Claim:
@@ -99,8 +84,7 @@ def test_nav_links_to_the_claims_page():
 
 def test_review_page_shows_the_three_queues_with_buttons_for_owners(queues):
     owner, pending, stale, (source, derived) = queues
-    client = Client()
-    client.force_login(owner)
+    client = page_client(owner)
     html = texts(client.get(reverse(REVIEW)))
     for section in ("claims-pending", "claims-stale", "claims-flagged"):
         assert f'id="{section}"' in html
@@ -115,8 +99,7 @@ def test_review_page_shows_the_three_queues_with_buttons_for_owners(queues):
 
 def test_review_page_htmx_returns_only_the_sections(queues):
     owner, pending, *_ = queues
-    client = Client()
-    client.force_login(owner)
+    client = page_client(owner)
     html = texts(client.get(reverse(REVIEW), **HX)).strip()
     assert html.startswith('<div id="claim-review"') and "<html" not in html and pending.key in html
     assert 'data-action="invalidate"' in html and 'data-action="accept"' in html
@@ -159,8 +142,7 @@ def test_viewer_post_is_refused_server_side_and_audited(queues, name, data):
 
 def test_owner_accepts_a_pending_inference_through_the_page(queues):
     owner, pending, *_ = queues
-    client = Client()
-    client.force_login(owner)
+    client = page_client(owner)
     response = client.post(reverse("knowledge:claim_accept"), {"key": pending.key, "version": pending.version})
     assert response.status_code == 302 and response["Location"] == reverse(REVIEW)
     accepted = current(pending.key)
@@ -183,8 +165,7 @@ def test_accept_with_htmx_returns_the_sections_and_triggers_an_event(queues):
 def test_a_refused_accept_shows_the_service_message(queues):
     """Accepting twice: the service refuses (the pending version is older than the value), as text with htmx and a message without."""
     owner, pending, *_ = queues
-    client = Client()
-    client.force_login(owner)
+    client = page_client(owner)
     client.post(reverse("knowledge:claim_accept"), {"key": pending.key})
     htmx = client.post(reverse("knowledge:claim_accept"), {"key": pending.key}, **HX)
     assert htmx.status_code == 409 and "Propose it again." in texts(htmx)
@@ -223,22 +204,25 @@ def test_revoke_by_an_owner_who_does_not_own_the_claim_shows_the_refusal(queues)
 
 def test_the_claims_owner_revokes_it(queues):
     owner, _, stale, _ = queues
-    client = Client()
-    client.force_login(owner)
+    client = page_client(owner)
     response = client.post(reverse("knowledge:claim_revoke"), {"key": stale.key, "reason": "leaked"})
     assert response.status_code == 302 and current(stale.key).status == "revoked"
 
 
+def _refresh(client, key, *, days, **fields):
+    """POST the refresh form with htmx: observed an hour ago, to be refreshed in ``days`` days."""
+    now = timezone.now()
+    return client.post(reverse("knowledge:claim_refresh"), {
+        "key": key, "observed_at": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
+        "refresh_after": (now + timedelta(days=days)).strftime("%Y-%m-%dT%H:%M"), **fields}, **HX)
+
+
 def test_refresh_makes_a_stale_claim_fresh_with_new_sources(queues):
     owner, _, stale, _ = queues
-    client = Client()
-    client.force_login(owner)
+    client = page_client(owner)
     now = timezone.now()
-    response = client.post(reverse("knowledge:claim_refresh"), {
-        "key": stale.key, "observed_at": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
-        "refresh_after": (now + timedelta(days=10)).strftime("%Y-%m-%dT%H:%M"),
-        "source_refs": "https://docs.example.com/a\n\nhttps://docs.example.com/b\n",
-    }, **HX)
+    response = _refresh(client, stale.key, days=10,
+                        source_refs="https://docs.example.com/a\n\nhttps://docs.example.com/b\n")
     assert response.status_code == 200 and f'id="stale-{stale.store_version}"' not in texts(response)
     fresh = current(stale.key)
     assert fresh.version == 2 and fresh.refresh_after > now
@@ -247,32 +231,17 @@ def test_refresh_makes_a_stale_claim_fresh_with_new_sources(queues):
 
 def test_refresh_refused_by_the_write_gate_shows_its_reasons(queues):
     owner, _, stale, _ = queues
-    client = Client()
-    client.force_login(owner)
-    now = timezone.now()
-    response = client.post(reverse("knowledge:claim_refresh"), {
-        "key": stale.key, "observed_at": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
-        "refresh_after": (now + timedelta(days=1000)).strftime("%Y-%m-%dT%H:%M"),
-    }, **HX)
+    client = page_client(owner)
+    response = _refresh(client, stale.key, days=1000)
     assert response.status_code == 422 and "write gate" in texts(response)
     assert current(stale.key).version == 1
 
 
 def test_review_page_query_count_does_not_grow_with_rows(django_assert_max_num_queries):
     owner, _ = make_operator("owner")
-    client = Client()
-    client.force_login(owner)
-    pending_inference(owner), stale_claim(owner), flagged_claim(owner)
-
-    def count():
-        with CaptureQueriesContext(connection) as ctx:
-            assert client.get(reverse(REVIEW)).status_code == 200
-        return len(ctx.captured_queries)
-
-    few = count()
-    for _ in range(8):
-        pending_inference(owner), stale_claim(owner), flagged_claim(owner)
-    assert count() == few
+    client = page_client(owner)
+    assert_queries_flat(client, reverse(REVIEW),
+                        lambda n: (pending_inference(owner), stale_claim(owner), flagged_claim(owner)), rows=9)
     with django_assert_max_num_queries(8):
         client.get(reverse(REVIEW))
 

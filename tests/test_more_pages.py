@@ -12,10 +12,9 @@ from ledger import services
 from ledger.models import AuditEntry, SavedView
 from ledger.views.workflows import next_ticks
 from tests.browser.scenarios import agent_driver, escalated_run, escalation_workflow
-from tests.factories import make_operator, make_workflow
+from tests.factories import HX, login, make_operator, make_workflow, page_queries, texts
 from tests.knowledge.conftest import proposal
-from tests.test_pages import HX, login, texts
-from tests.test_run_page import long_run, queries
+from tests.test_run_page import long_run
 
 pytestmark = pytest.mark.django_db
 
@@ -73,7 +72,8 @@ def test_compare_query_count_is_constant_in_events():
     _, a2 = long_run(12, "c-big")
     _, b2 = long_run(12, "c-big2")
     url = reverse("ledger:run_compare")
-    assert queries(viewer, url, {"a": a1["id"], "b": b1["id"]}) == queries(viewer, url, {"a": a2["id"], "b": b2["id"]})
+    assert (page_queries(viewer, url, {"a": a1["id"], "b": b1["id"]})
+            == page_queries(viewer, url, {"a": a2["id"], "b": b2["id"]}))
 
 
 # ---------------------------------------------------------------- search, prefix, unknown filters, saved views
@@ -119,17 +119,24 @@ def test_saved_views_are_stored_and_shared():
     assert f'href="{view.url().replace("&", "&amp;")}"' in texts(viewer.get(reverse("ledger:run_list")))
 
 
+def test_saved_view_with_a_blank_name_is_refused_with_a_message():
+    """A name of spaces saves nothing and says that a name is required."""
+    editor, _ = login("editor")
+    response = editor.post(reverse("ledger:saved_view_create"), {"name": "   ", "query": "state=failed"}, follow=True)
+    assert "A name is required." in texts(response) and not SavedView.objects.exists()
+
+
 def test_run_list_query_count_is_constant_with_search_and_saved_views():
     wf = make_workflow()
     viewer, _ = login("viewer")
     for n in range(2):
         services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=f"s-{n}")
         SavedView.objects.create(name=f"v{n}", query="state=failed", created_by="x")
-    few = queries(viewer, reverse("ledger:run_list"), {"q": "s-"})
+    few = page_queries(viewer, reverse("ledger:run_list"), {"q": "s-"})
     for n in range(2, 10):
         services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=f"s-{n}")
         SavedView.objects.create(name=f"v{n}", query="state=failed", created_by="x")
-    assert queries(viewer, reverse("ledger:run_list"), {"q": "s-"}) == few
+    assert page_queries(viewer, reverse("ledger:run_list"), {"q": "s-"}) == few
 
 
 # ---------------------------------------------------------------- reports
@@ -152,10 +159,10 @@ def test_reports_query_count_is_constant_in_runs():
     wf = make_workflow()
     for n in range(2):
         services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=f"m-{n}")
-    few = queries(viewer, reverse("ledger:reports"))
+    few = page_queries(viewer, reverse("ledger:reports"))
     for n in range(2, 10):
         services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=f"m-{n}")
-    assert queries(viewer, reverse("ledger:reports")) == few
+    assert page_queries(viewer, reverse("ledger:reports")) == few
 
 
 # ---------------------------------------------------------------- workflows
@@ -189,13 +196,13 @@ def test_workflow_list_query_count_is_constant_in_runs():
     wf = make_workflow()
     for n in range(2):
         services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=f"wq-{n}")
-    few = [queries(viewer, reverse(n, args=a)) for n, a in (("ledger:workflow_list", []),
+    few = [page_queries(viewer, reverse(n, args=a)) for n, a in (("ledger:workflow_list", []),
                                                             ("ledger:workflow_detail", [wf.slug]))]
     for n in range(2, 10):
         services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=f"wq-{n}")
         AuditEntry.objects.create(at=wf.created_at, actor="x", role="owner", action="policy_bump", outcome="done",
                                   target=wf.slug, data={"from": str(n), "to": str(n + 1)})
-    assert [queries(viewer, reverse(n, args=a)) for n, a in (("ledger:workflow_list", []),
+    assert [page_queries(viewer, reverse(n, args=a)) for n, a in (("ledger:workflow_list", []),
                                                              ("ledger:workflow_detail", [wf.slug]))] == few
 
 
@@ -223,10 +230,10 @@ def test_claims_page_query_count_is_constant_in_claims():
     owner, user = login("owner")
     for _ in range(2):
         knowledge_services.claim_propose(user=user, data=proposal())
-    few = queries(owner, reverse("knowledge:claim_list"))
+    few = page_queries(owner, reverse("knowledge:claim_list"))
     for _ in range(8):
         knowledge_services.claim_propose(user=user, data=proposal())
-    assert queries(owner, reverse("knowledge:claim_list")) == few
+    assert page_queries(owner, reverse("knowledge:claim_list")) == few
 
 
 def test_claims_page_hides_sensitive_claims_from_viewers():

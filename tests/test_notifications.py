@@ -2,11 +2,10 @@
 
 import pytest
 from django.core import mail
-from django.test import Client
 
 from ledger import services
 from ledger.models import Notification
-from tests.factories import client_for, make_operator
+from tests.factories import client_for, make_operator, page_client
 from tests.ledger.test_approvals import ACTION, Crew
 from tests.ledger.test_oncall import OnCall
 
@@ -92,8 +91,7 @@ def test_notifications_page_lists_them_and_marks_read_without_js():
     alice.set_password("pw")
     alice.save()
     [nid] = _send(alice, "x", subject="Claim billing/timeout is stale")
-    browser = Client()
-    browser.force_login(alice)
+    browser = page_client(alice)
     page = browser.get("/notifications/")
     html = page.content.decode()
     assert page.status_code == 200 and "Claim billing/timeout is stale" in html
@@ -105,13 +103,25 @@ def test_notifications_page_lists_them_and_marks_read_without_js():
     assert "No unread notifications." in browser.get("/notifications/?unread=1").content.decode()
 
 
+def test_notifications_page_pages_keep_the_unread_filter():
+    """Past one page, the newer / older links keep ``unread=1`` when it is set, and only then."""
+    alice, _ = make_operator("viewer")
+    for n in range(51):
+        _send(alice, f"k-{n}")
+    browser = page_client(alice)
+    unread = browser.get("/notifications/?unread=1").content.decode()
+    assert 'href="?unread=1&amp;page=2">Older →' in unread and "page 1 of 2" in unread
+    assert 'href="?page=2">Older →' in browser.get("/notifications/").content.decode()
+    older = browser.get("/notifications/?unread=1&page=2").content.decode()
+    assert 'href="?unread=1&amp;page=1">← Newer' in older and "Older →" not in older
+
+
 def test_notifications_page_another_users_notification_is_404():
     """Marking someone else's notification read answers 404 and leaves it unread."""
     alice, _ = make_operator("viewer")
     bob, _ = make_operator("viewer")
     [nid] = _send(alice, "x")
-    browser = Client()
-    browser.force_login(bob)
+    browser = page_client(bob)
     assert browser.post(f"/notifications/{nid}/read/").status_code == 404
     assert Notification.objects.get(id=nid).read_at is None
 

@@ -4,9 +4,6 @@ import uuid
 
 import pytest
 from django.contrib.staticfiles import finders
-from django.db import connection
-from django.test import Client
-from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from ledger import services
@@ -14,22 +11,10 @@ from ledger.models import Approval, AuditEntry, Run
 from tests.browser.scenarios import (
     agent_driver, approval_workflow, awaiting_approval_run, completed_run, escalated_run, escalation_workflow,
 )
-from tests.factories import make_operator, make_workflow
+from tests.factories import HX, assert_queries_flat, login, make_operator, make_workflow, page_queries, texts
 
 pytestmark = pytest.mark.django_db
 
-HX = {"HTTP_HX_REQUEST": "true"}
-
-
-def login(role: str) -> tuple[Client, object]:
-    user, _ = make_operator(role)
-    client = Client()
-    client.force_login(user)
-    return client, user
-
-
-def texts(response) -> str:
-    return response.content.decode()
 
 
 @pytest.fixture
@@ -154,23 +139,26 @@ def test_run_list_filters_by_workflow_state_and_intent(awaiting, escalated):
     assert ignored.status_code == 200 and "post-a" in texts(ignored)
 
 
-def _list_queries(client, url, **extra) -> int:
-    with CaptureQueriesContext(connection) as ctx:
-        assert client.get(url, **extra).status_code == 200
-    return len(ctx.captured_queries)
+def test_run_list_pages_keep_the_filters_in_their_links():
+    """Past one page of runs, the newer / older links carry the filters along with the page number."""
+    wf = make_workflow()
+    for n in range(51):
+        services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=f"p-{n}")
+    viewer, _ = login("viewer")
+    first = texts(viewer.get(reverse("ledger:run_list"), {"workflow": wf.slug}))
+    assert f'href="?workflow={wf.slug}&amp;page=2">Older →' in first and "← Newer" not in first
+    assert "page 1 of 2" in first
+    second = texts(viewer.get(reverse("ledger:run_list"), {"workflow": wf.slug, "page": 2}))
+    assert f'href="?workflow={wf.slug}&amp;page=1">← Newer' in second and "Older →" not in second
 
 
 def test_run_list_query_count_does_not_grow_with_rows(django_assert_max_num_queries):
     """One query for the rows (workflow joined), whatever their number."""
     wf = make_workflow()
     viewer, _ = login("viewer")
-    services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="i-0")
-    few = _list_queries(viewer, reverse("ledger:run_list"))
-    for n in range(1, 40):
-        services.run_trigger(workflow_slug=make_workflow().slug if n % 5 == 0 else wf.slug, inputs={},
-                             intent=f"i-{n}")
-    assert _list_queries(viewer, reverse("ledger:run_list")) == few
-    assert _list_queries(viewer, reverse("ledger:run_list"), **HX) <= few
+    few = assert_queries_flat(viewer, reverse("ledger:run_list"), lambda n: services.run_trigger(
+        workflow_slug=make_workflow().slug if n and n % 5 == 0 else wf.slug, inputs={}, intent=f"i-{n}"), rows=40)
+    assert page_queries(viewer, reverse("ledger:run_list"), **HX) <= few
     with django_assert_max_num_queries(8):
         viewer.get(reverse("ledger:run_list"))
 
@@ -345,11 +333,8 @@ def test_approval_inbox_query_count_does_not_grow_with_rows(django_assert_max_nu
     wf = approval_workflow()
     agent = agent_driver(wf)
     editor, _ = login("editor")
-    awaiting_approval_run(agent, "p-0")
-    few = _list_queries(editor, reverse("ledger:approval_list"))
-    for n in range(1, 15):
-        awaiting_approval_run(agent, f"p-{n}")
-    assert _list_queries(editor, reverse("ledger:approval_list")) == few
+    assert_queries_flat(editor, reverse("ledger:approval_list"), lambda n: awaiting_approval_run(agent, f"p-{n}"),
+                        rows=15)
     with django_assert_max_num_queries(10):  # pending + evidence packs (3) + decided history + filters
         editor.get(reverse("ledger:approval_list"))
 
@@ -455,11 +440,7 @@ def test_oncall_page_query_count_does_not_grow_with_rows(django_assert_max_num_q
     wf = escalation_workflow()
     agent = agent_driver(wf)
     oncall, _ = login("oncall")
-    escalated_run(agent, "q-0")
-    few = _list_queries(oncall, reverse("ledger:oncall"))
-    for n in range(1, 8):
-        escalated_run(agent, f"q-{n}")
+    assert_queries_flat(oncall, reverse("ledger:oncall"), lambda n: escalated_run(agent, f"q-{n}"), rows=8)
     assert Run.objects.filter(state__in=("failed", "escalated")).count() == 16
-    assert _list_queries(oncall, reverse("ledger:oncall")) == few
     with django_assert_max_num_queries(7):
         oncall.get(reverse("ledger:oncall"))

@@ -1,26 +1,17 @@
 """The live run page: one context, every panel in one htmx partial, paginated events, previews, attempts."""
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from ledger.models import Run
 from tests.browser.scenarios import (
     EVIDENCE, agent_driver, approval_workflow, awaiting_approval_run, escalated_run, escalation_workflow,
 )
-from tests.factories import make_workflow
-from tests.test_pages import HX, login, texts
+from tests.factories import HX, login, make_workflow, page_queries, texts
 
 pytestmark = pytest.mark.django_db
 
 AWS = "AKIAIOSFODNN7EXAMPLE"
-
-
-def queries(client, url, data=None, **extra) -> int:
-    with CaptureQueriesContext(connection) as ctx:
-        assert client.get(url, data, **extra).status_code == 200
-    return len(ctx.captured_queries)
 
 
 def long_run(stages: int, intent: str = "long"):
@@ -39,8 +30,8 @@ def test_run_page_query_count_is_constant_in_events_and_attempts():
     _, small = long_run(2, "small")
     _, big = long_run(30, "big")
     url = lambda run: reverse("ledger:run_detail", args=[run["id"]])  # noqa: E731
-    assert queries(viewer, url(small)) == queries(viewer, url(big))
-    assert queries(viewer, url(small), **HX) == queries(viewer, url(big), **HX)
+    assert page_queries(viewer, url(small)) == page_queries(viewer, url(big))
+    assert page_queries(viewer, url(small), **HX) == page_queries(viewer, url(big), **HX)
     wf = escalation_workflow(max_retries=5)
     agent = agent_driver(wf)
 
@@ -51,10 +42,10 @@ def test_run_page_query_count_is_constant_in_events_and_attempts():
         return run
 
     first = attempt()
-    one = queries(viewer, reverse("ledger:run_detail", args=[first["id"]]))
+    one = page_queries(viewer, reverse("ledger:run_detail", args=[first["id"]]))
     for _ in range(3):
         last = attempt()
-    assert queries(viewer, reverse("ledger:run_detail", args=[last["id"]])) == one
+    assert page_queries(viewer, reverse("ledger:run_detail", args=[last["id"]])) == one
 
 
 def test_run_page_events_are_paginated_newest_first_with_load_older():

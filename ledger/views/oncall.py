@@ -101,25 +101,22 @@ def _oncall_action(request, run_id, action: str):
     return trigger_client_event(response, "run-changed", {"id": str(run.id), "state": run.state})
 
 
-@require_POST
-@login_required
-@refusals("retry", back=_oncall_back)
-def run_retry(request, run_id):
-    return _oncall_action(request, run_id, "retry")
+def _oncall_view(action: str):
+    """Retry, compensate and abandon one run: one view, each action with its own refusal code."""
+
+    @require_POST
+    @login_required
+    @refusals(action, back=_oncall_back)
+    def view(request, run_id):
+        return _oncall_action(request, run_id, action)
+
+    view.__name__ = view.__qualname__ = f"run_{action}"
+    return view
 
 
-@require_POST
-@login_required
-@refusals("compensate", back=_oncall_back)
-def run_compensate(request, run_id):
-    return _oncall_action(request, run_id, "compensate")
-
-
-@require_POST
-@login_required
-@refusals("abandon", back=_oncall_back)
-def run_abandon(request, run_id):
-    return _oncall_action(request, run_id, "abandon")
+run_retry = _oncall_view("retry")
+run_compensate = _oncall_view("compensate")
+run_abandon = _oncall_view("abandon")
 
 
 @require_POST

@@ -53,24 +53,18 @@ class Actor:
         self.client = client_for(token)
 
 
-@pytest.fixture
-def owner():
-    return Actor(*make_operator("owner"))
+def _operator_fixture(name: str, role: str):
+    """The fixture ``name``: a new operator in ``role``, as an Actor."""
+    def actor():
+        return Actor(*make_operator(role))
+    actor.__doc__ = f"A new operator in the {role} role, as an Actor."
+    return pytest.fixture(actor, name=name)
 
 
-@pytest.fixture
-def other_owner():
-    return Actor(*make_operator("owner"))
-
-
-@pytest.fixture
-def editor():
-    return Actor(*make_operator("editor"))
-
-
-@pytest.fixture
-def viewer():
-    return Actor(*make_operator("viewer"))
+owner = _operator_fixture("owner", "owner")
+other_owner = _operator_fixture("other_owner", "owner")
+editor = _operator_fixture("editor", "editor")
+viewer = _operator_fixture("viewer", "viewer")
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 past retention are erased (the one true deletion); both are safe twice and concurrently."""
 
 import subprocess
-import threading
 from datetime import timedelta
 
 import pytest
@@ -14,6 +13,7 @@ from knowledge.models import Claim, ClaimHead, ClaimReview, GateDecision
 from ledger.models import AuditEntry, Notification
 from tests.factories import make_agent, make_operator
 from tests.knowledge.conftest import iso, proposal
+from tests.ledger.helpers import race, raised
 
 SECRET = "The vault recovery phrase is marmalade-orbit-7731."
 
@@ -23,28 +23,6 @@ def stale_proposal(**overrides):
     now = timezone.now()
     return proposal(observed_at=iso(now - timedelta(hours=2)), refresh_after=iso(now - timedelta(minutes=5)),
                     **overrides)
-
-
-def race(n, fn):
-    """Run fn() in n threads released together, each on its own connection; returns their results."""
-    barrier, results, errors = threading.Barrier(n), [None] * n, []
-
-    def worker(i):
-        try:
-            barrier.wait()
-            results[i] = fn()
-        except Exception as exc:  # asserted below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    return results
 
 
 def pg_dump() -> str:
@@ -105,7 +83,8 @@ def test_stale_sweep_run_twice_concurrently_notifies_each_claim_once():
     owner, _ = make_operator("owner")
     agent, _ = make_agent(owner=owner)
     keys = {services.claim_propose(user=agent, data=stale_proposal()).key for _ in range(40)}
-    reports = race(2, lambda: sweeps.claims_stale_sweep(batch_size=3))
+    reports = race(2, lambda i: sweeps.claims_stale_sweep(batch_size=3))
+    assert not raised(reports), reports
     assert sum(r["marked"] for r in reports) == 40
     assert sorted(Notification.objects.values_list("dedupe_key", flat=True)) == sorted(f"stale:{k}:1" for k in keys)
     assert not ClaimHead.objects.filter(refresh_due_at__isnull=False).exists()
@@ -176,7 +155,8 @@ def test_retention_run_twice_concurrently_leaves_no_trace_of_the_statement_in_an
     agent = Actor(*make_agent(owner=owner.user))
     claim = expired_sensitive_claim(owner, agent)
     assert SECRET in pg_dump()  # the check can fail: the secret is there before the sweep
-    reports = race(2, sweeps.claims_retention_sweep)
+    reports = race(2, lambda i: sweeps.claims_retention_sweep())
+    assert not raised(reports), reports
     assert sum(r["tombstones"] for r in reports) == 1 and sum(r["erased"] for r in reports) == 2
     assert AuditEntry.objects.filter(action="retention_erase", target=claim.key).count() == 1
     assert Claim.objects.filter(key=claim.key, reason="retention_expired").count() == 1

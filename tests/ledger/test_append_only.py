@@ -6,20 +6,14 @@ from django.db import connection, transaction
 from django.db.utils import DatabaseError
 
 from ledger.models import LedgerEvent
-from tests.factories import client_for, make_agent, make_workflow
-from tests.ledger.helpers import AgentDriver
+from tests.ledger.helpers import driven_run
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def run_with_events():
-    wf = make_workflow(approval_stages=[])
-    _, token = make_agent()
-    driver = AgentDriver(client_for(token), wf.slug)
-    run = driver.trigger()
-    driver.pass_stage(run["id"], "discovery")
-    driver.pass_stage(run["id"], "assessment")
+    driver, run, _ = driven_run("discovery", "assessment")
     return driver, run
 
 

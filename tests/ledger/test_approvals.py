@@ -497,11 +497,7 @@ def test_permit_is_void_for_a_run_triggered_under_an_older_policy():
 def test_expired_escalation_request_is_raised_afresh():
     """On-call never loses sight of an escalated run: an expired escalation request is replaced."""
     crew = Crew(max_retries=1)
-    run = crew.agent.trigger()
-    crew.agent.event(run["id"], "build", "started")
-    crew.agent.event(run["id"], "build", "failed")
-    escalated = crew.agent.trigger()
-    assert escalated["state"] == "escalated"
+    escalated = crew.agent.escalated_run()
     services.approvals_expire(now=timezone.now() + timedelta(days=2))
     requests = Approval.objects.filter(run_id=escalated["id"], kind="escalation")
     assert sorted(requests.values_list("status", flat=True)) == ["expired", "pending"]

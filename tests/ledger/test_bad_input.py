@@ -5,20 +5,15 @@ import json
 import pytest
 
 from ledger.models import Checkpoint, Effect, LedgerEvent, Run
-from tests.factories import client_for, make_agent, make_workflow
-from tests.ledger.helpers import AgentDriver
+from tests.factories import client_for
+from tests.ledger.helpers import driven_run
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def ctx():
-    wf = make_workflow(approval_stages=[])
-    _, token = make_agent()
-    driver = AgentDriver(client_for(token), wf.slug)
-    run = driver.trigger()
-    driver.pass_stage(run["id"], "discovery")
-    return driver, run, token
+    return driven_run("discovery")
 
 
 def _snapshot():

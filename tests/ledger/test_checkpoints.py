@@ -3,18 +3,14 @@
 import pytest
 
 from ledger.models import Checkpoint, LedgerEvent
-from tests.factories import client_for, make_agent, make_workflow
-from tests.ledger.helpers import AgentDriver
+from tests.ledger.helpers import driven_run
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def ctx():
-    wf = make_workflow(approval_stages=[])
-    _, token = make_agent()
-    driver = AgentDriver(client_for(token), wf.slug)
-    run = driver.trigger(intent="cp")
+    driver, run, _ = driven_run(intent="cp")
     return driver, run
 
 

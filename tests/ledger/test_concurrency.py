@@ -1,45 +1,21 @@
 """Races on real PostgreSQL with real threads, each with its own connection."""
 
-import threading
-
 import pytest
-from django.db import connection
 
 from ledger import services
 from ledger.models import Effect, LedgerEvent, Run
 from stateboard.errors import DomainError
 from tests.factories import make_workflow
+from tests.ledger.helpers import race, raised
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _race(n, fn):
-    """Run fn(i) in n threads released together; returns results (values or exceptions)."""
-    barrier = threading.Barrier(n)
-    results = [None] * n
-
-    def worker(i):
-        try:
-            barrier.wait()
-            results[i] = fn(i)
-        except Exception as exc:  # collected and asserted by the caller
-            results[i] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return results
-
-
 def test_sixteen_triggers_with_one_key_make_one_run():
     wf = make_workflow()
-    results = _race(16, lambda i: services.run_trigger(workflow_slug=wf.slug, inputs={"a": 1},
-                                                       trigger_key="same", actor="agent:x"))
-    assert not [r for r in results if isinstance(r, Exception)], results
+    results = race(16, lambda i: services.run_trigger(workflow_slug=wf.slug, inputs={"a": 1},
+                                                      trigger_key="same", actor="agent:x"))
+    assert not raised(results), results
     assert len({run.id for run, _ in results}) == 1
     assert sum(1 for _, created in results if created) == 1
     assert Run.objects.filter(workflow=wf).count() == 1
@@ -47,9 +23,9 @@ def test_sixteen_triggers_with_one_key_make_one_run():
 
 def test_concurrent_triggers_leave_one_active_run_per_intent():
     wf = make_workflow()
-    results = _race(16, lambda i: services.run_trigger(workflow_slug=wf.slug, inputs={"a": 1}, intent="job",
-                                                       trigger_key=f"k{i}", actor="agent:x"))
-    assert not [r for r in results if isinstance(r, Exception)], results
+    results = race(16, lambda i: services.run_trigger(workflow_slug=wf.slug, inputs={"a": 1}, intent="job",
+                                                      trigger_key=f"k{i}", actor="agent:x"))
+    assert not raised(results), results
     outcomes = sorted(run.decision["outcome"] for run, _ in results)
     assert outcomes.count("fresh") == 1 and outcomes.count("noop") == 15
     assert Run.objects.filter(workflow=wf, intent="job", state="fresh").count() == 1
@@ -65,7 +41,7 @@ def test_sixteen_starts_of_one_effect_stage_claim_it_once():
         return services.event_append(run_id=runs[i].id, actor="agent:x",
                                      body={"stage": "commit", "kind": "started", "idempotency_key": "one-key"})
 
-    results = _race(16, start)
+    results = race(16, start)
     errors = [r for r in results if isinstance(r, DomainError)]
     assert len(errors) == 15 and {e.code for e in errors} == {"effect_exists"}
     assert Effect.objects.filter(idempotency_key="one-key").count() == 1
@@ -76,9 +52,9 @@ def test_seq_stays_gapless_under_concurrent_appends():
     wf = make_workflow(stages=["work"], effect_stages=[], approval_stages=[])
     run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, actor="agent:x")
     services.event_append(run_id=run.id, body={"stage": "work", "kind": "started"}, actor="agent:x")
-    results = _race(12, lambda i: services.event_append(
+    results = race(12, lambda i: services.event_append(
         run_id=run.id, actor="agent:x", body={"stage": "work", "kind": "proposed", "client_event_id": f"c{i % 6}"}))
-    assert not [r for r in results if isinstance(r, Exception)], results
+    assert not raised(results), results
     seqs = list(LedgerEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))
     assert LedgerEvent.objects.filter(run=run, kind="proposed").count() == 6  # retried ids returned the original

@@ -70,11 +70,7 @@ def test_fresh_run_after_expired_checkpoint_passes_verified_effects():
 def test_compensate_is_refused_while_another_run_holds_the_intent():
     _, agent = _setup(stages=["build"], effect_stages=[], approval_stages=[], max_retries=1)
     oncall, oncall_token = make_operator("oncall")
-    run = agent.trigger(inputs={"v": 1})
-    agent.event(run["id"], "build", "started")
-    agent.event(run["id"], "build", "failed")
-    escalated = agent.trigger(inputs={"v": 1})
-    assert escalated["state"] == "escalated"
+    escalated = agent.escalated_run(inputs={"v": 1})
     active = agent.trigger(inputs={"v": 2})
     assert active["state"] == "fresh"
     response = client_for(oncall_token).post(f"/api/v1/runs/{escalated['id']}/compensate/", {}, format="json")

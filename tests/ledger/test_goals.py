@@ -185,11 +185,7 @@ def test_started_naming_an_old_goal_version_is_refused():
 def test_oncall_retry_decides_under_the_latest_goal():
     """An escalated run retried after a goal change is decided fresh / goal_changed."""
     team = Team(max_retries=1)
-    run = team.agent.trigger()
-    team.agent.event(run["id"], "build", "started")
-    team.agent.event(run["id"], "build", "failed")
-    escalated = team.agent.trigger()
-    assert escalated["state"] == "escalated"
+    escalated = team.agent.escalated_run()
     team.goal(objective="x")
     _, oncall_token = make_operator("oncall")
     retried = client_for(oncall_token).post(f"/api/v1/runs/{escalated['id']}/retry/", {}, format="json").json()

@@ -129,8 +129,7 @@ def test_rollback_while_another_run_holds_the_intent_is_409():
     """Another run of the intent is active: active_run_exists."""
     team = Team()
     failed = team.agent.trigger()
-    team.agent.event(failed["id"], "build", "started")
-    team.agent.event(failed["id"], "build", "failed")
+    team.agent.fail_stage(failed["id"], "build")
     active = team.agent.trigger(inputs={"v": 2})
     assert active["state"] == "fresh"
     assert team.rollback(failed["id"], to_stage="build", expect=409)["code"] == "active_run_exists"

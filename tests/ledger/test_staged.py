@@ -55,15 +55,13 @@ def test_staged_runs_hold_no_place_and_their_failures_do_not_count():
     """A staged run beside a real one is not a noop, and vice versa; staged failures spend no retry budget."""
     workflow, agent = _team(stages=["build"], effect_stages=[], approval_stages=[], max_retries=1)
     staged = agent.trigger(inputs={"v": 1}, staged=True)
-    agent.event(staged["id"], "build", "started")
-    agent.event(staged["id"], "build", "failed")
+    agent.fail_stage(staged["id"], "build")
     assert Run.objects.get(id=staged["id"]).state == "failed"
     real = agent.trigger(inputs={"v": 1})  # one real failure would escalate (max_retries=1); a staged one does not
     assert real["state"] == "fresh" and real["decision"]["reason_code"] == "no_checkpoint", real["decision"]
     beside = agent.trigger(inputs={"v": 1}, staged=True)
     assert beside["state"] == "fresh"  # a real run holds the intent: a staged run still runs
-    agent.event(real["id"], "build", "started")
-    agent.event(real["id"], "build", "failed")
+    agent.fail_stage(real["id"], "build")
     assert agent.trigger(inputs={"v": 1})["state"] == "escalated"  # real failures do count
     agent.event(beside["id"], "build", "started")  # beside is still active, and holds no place:
     assert agent.trigger(inputs={"v": 2})["state"] == "fresh"
