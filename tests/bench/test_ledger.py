@@ -4,14 +4,9 @@ Not a timing assertion. The bench creates (and drops) its own scratch database o
 PostgreSQL server, so the test database is left as it was.
 """
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from django.db import connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,25 +15,9 @@ def _number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def test_bench_ledger_prints_positive_figures():
+def test_bench_ledger_prints_positive_figures(bench_command):
     """Run as a user would: a separate process (its clients fork) against this PostgreSQL server."""
-    if connection.vendor != "postgresql":
-        pytest.skip("the ledger bench runs on PostgreSQL only")
-    db = connection.settings_dict
-    scratch = f"stateboard_bench_test_{os.getpid()}"
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "stateboard.settings", "SECRET_KEY": "bench", "DB_POOL": "0",
-           "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"}
-    result = subprocess.run([sys.executable, "manage.py", "bench", "ledger", "--scale", "0.001", "--reps", "2",
-                             "--duration", "0.3", "--db-name", scratch],
-                            cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    text = result.stdout
-
-    # The scratch database is gone.
-    with connection.cursor() as cur:
-        cur.execute("SELECT count(*) FROM pg_database WHERE datname = %s", [scratch])
-        assert cur.fetchone()[0] == 0
+    text = bench_command("ledger", "--scale", "0.001", "--reps", "2", "--duration", "0.3", timeout=600)
 
     summary = text.split("== summary", 1)[1]
     rows = {line.split("|")[0].strip(): [cell.strip() for cell in line.split("|")[1:]]
