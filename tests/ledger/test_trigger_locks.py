@@ -9,7 +9,7 @@ from ledger import services
 from ledger.models import Run
 from stateboard.errors import Conflict
 from tests.factories import make_workflow
-from tests.ledger.test_concurrency import _race
+from tests.ledger.helpers import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_trigger_sixteen_intents_of_one_workflow_concurrently_all_succeed():
     """Sixteen threads triggering sixteen intents of one workflow at once: sixteen fresh runs, no error."""
     wf = make_workflow()
-    results = _race(16, lambda i: services.run_trigger(workflow_slug=wf.slug, inputs={"i": i}, intent=f"job-{i}",
+    results = race(16, lambda i: services.run_trigger(workflow_slug=wf.slug, inputs={"i": i}, intent=f"job-{i}",
                                                        actor="agent:x"))
     assert not [r for r in results if isinstance(r, Exception)], results
     assert sorted(run.intent for run, _ in results) == sorted(f"job-{i}" for i in range(16))
@@ -68,7 +68,7 @@ def test_trigger_of_another_intent_does_not_wait_for_an_open_trigger():
 def test_trigger_one_key_from_many_intents_concurrently_makes_one_run():
     """One trigger key sent for eight intents at once: one run; the others are 409 trigger_key_mismatch."""
     wf = make_workflow()
-    results = _race(8, lambda i: services.run_trigger(workflow_slug=wf.slug, inputs={"a": 1}, intent=f"i{i}",
+    results = race(8, lambda i: services.run_trigger(workflow_slug=wf.slug, inputs={"a": 1}, intent=f"i{i}",
                                                       trigger_key="shared", actor="agent:x"))
     runs = [r for r in results if not isinstance(r, Exception)]
     errors = [r for r in results if isinstance(r, Exception)]
@@ -87,7 +87,7 @@ def test_trigger_duplicate_key_concurrently_with_new_intents_stays_one_run():
                                         actor="agent:x")
         return services.run_trigger(workflow_slug=wf.slug, inputs={"a": i}, intent=f"other-{i}", actor="agent:x")
 
-    results = _race(16, trigger)
+    results = race(16, trigger)
     assert not [r for r in results if isinstance(r, Exception)], results
     keyed = [results[i] for i in range(1, 16, 2)]
     assert len({run.id for run, _ in keyed}) == 1 and sum(created for _, created in keyed) == 1
