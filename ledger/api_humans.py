@@ -18,9 +18,6 @@ from stateboard.errors import NotFound, Refused
 from stateboard.refusals import approval_subject, refusals
 from stateboard.roles import ANY, actor_for
 
-# Views of an action that an authorizer decides let every signed-in identity reach the method
-# (``roles = {"POST": ANY}``) and name the authorizer, which refuses with 403 and is audited.
-
 
 # ---------------------------------------------------------------- approvals and on-call
 

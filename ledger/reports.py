@@ -10,14 +10,14 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from ledger.models import Run
+from stateboard.stats import percentile
+
 WINDOWS = {"24h": (timedelta(hours=24), 24), "7d": (timedelta(days=7), 28), "30d": (timedelta(days=30), 30)}
 
 
 def series(*, window: str, now=None) -> dict:
     """Per workflow and bucket: runs triggered, completed, failed or escalated, P95 trigger→decision (ms)."""
-    from ledger.models import Run
-    from stateboard.stats import percentile
-
     span, count = WINDOWS[window]
     now = now or timezone.now()
     since = now - span

@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from knowledge.selectors import knowledge_metrics
 from ledger.filters import OncallRunFilter, RunFilter, id_prefix_q
-from ledger.models import STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
+from ledger.models import (HOLDING_STATES, STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
+                           Notification, ReplayEval, Run, Workflow)
 from stateboard.stats import percentile
 
 
@@ -47,8 +48,6 @@ def run_detail(*, run_id):
 def intent_holding_runs(*, workflow, intent: str):
     """The intent's real runs that hold its work or wait on a human (holding states and ``escalated``):
     what a trigger must see (and lock) before it decides. Staged runs never count (SPEC §10.3)."""
-    from ledger.models import HOLDING_STATES
-
     return Run.objects.filter(workflow=workflow, intent=intent, state__in=(*HOLDING_STATES, "escalated"),
                               staged=False)
 
@@ -75,8 +74,6 @@ def _keys_executed_twice(events) -> int:
     An execution is a ``succeeded`` or ``unknown`` outcome. Only a proof of absence in between (``failed``
     with ``effect_absent`` after the outcome, SPEC §5.2) makes a second execution legitimate.
     """
-    from django.db.models import Count
-
     candidates = [row["idempotency_key"] for row in
                   events.filter(kind__in=("succeeded", "unknown"), idempotency_key__gt="")
                   .values("idempotency_key").annotate(n=Count("id")).filter(n__gt=1)]
@@ -96,8 +93,6 @@ def _keys_executed_twice(events) -> int:
 
 def recovery_accuracy() -> dict | None:
     """The latest ``replay_eval`` (SPEC §7): right decisions / decisions; None before the first."""
-    from ledger.models import ReplayEval
-
     latest = ReplayEval.objects.order_by("-created_at", "-id").first()
     if latest is None:
         return None
@@ -262,8 +257,6 @@ def run_audit_entries(*, run):
 
 def notifications_for(*, user, unread: bool = False):
     """The user's notifications, newest first; ``unread`` hides the read ones."""
-    from ledger.models import Notification
-
     rows = Notification.objects.filter(user_id=user.pk).order_by("-created_at", "-id")
     return rows.filter(read_at__isnull=True) if unread else rows
 

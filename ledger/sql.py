@@ -120,13 +120,18 @@ def _converted(model, fields) -> list:
     return [(f, connection.ops.get_db_converters(f.get_col(table)) + f.get_db_converters(connection)) for f in fields]
 
 
-def from_row(model, converted, values):
-    python_values = []
+def _python_values(model, converted, values) -> list:
+    """Raw database values as the ORM would give them (the converters of ``_converted``)."""
+    table, out = model._meta.db_table, []
     for (f, converters), value in zip(converted, values):
         for convert in converters:
-            value = convert(value, f.get_col(model._meta.db_table), connection)
-        python_values.append(value)
-    return model.from_db(connection.alias, [f.attname for f, _ in converted], python_values)
+            value = convert(value, f.get_col(table), connection)
+        out.append(value)
+    return out
+
+
+def from_row(model, converted, values):
+    return model.from_db(connection.alias, [f.attname for f, _ in converted], _python_values(model, converted, values))
 
 
 @functools.cache
@@ -211,19 +216,10 @@ def select_rows(model, field_names: list[str], where: str, params: list, *, orde
     sql = (f"SELECT {', '.join(_quote(f.column) for f in fields)} FROM {_quote(model._meta.db_table)} "
            f"WHERE {where}" + (f" ORDER BY {order}" if order else "") + (f" LIMIT {int(limit)}" if limit else ""))
     converted = _converted(model, fields)
-    table = model._meta.db_table
     with _cursor(write_path=False) as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    result = []
-    for row in rows:
-        values = []
-        for (f, converters), value in zip(converted, row):
-            for convert in converters:
-                value = convert(value, f.get_col(table), connection)
-            values.append(value)
-        result.append(tuple(values))
-    return result
+    return [tuple(_python_values(model, converted, row)) for row in rows]
 
 
 def select_models(model, where: str, params: list, *, order: str = "", limit: int | None = None) -> list:

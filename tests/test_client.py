@@ -60,16 +60,6 @@ def events_of(sb: Client, run_id: str) -> list[dict]:
     return sb.get_all(f"/runs/{run_id}/events/")
 
 
-def or_skip_when_absent(call):
-    """Call an endpoint built in parallel; skip when this server has no such route."""
-    try:
-        return call()
-    except StateboardError as exc:
-        if exc.status in (404, 405) and exc.code in ("not_found", "method_not_allowed"):
-            pytest.skip(f"endpoint not on this server yet ({exc.status} {exc.code})")
-        raise
-
-
 # ---------------------------------------------------------------- a whole run
 
 def test_client_runs_a_workflow_to_completed(sb):
@@ -248,7 +238,7 @@ def test_client_leases_a_queued_run(live_server, sb):
     _, human = make_operator("owner")
     with Client(live_server.url, human) as owner:
         queued = owner.trigger(wf.slug, {"v": 8})
-    leased = or_skip_when_absent(lambda: sb.lease([wf.slug]))
+    leased = sb.lease([wf.slug])
     assert leased is not None and leased.id == queued.id and leased.lease
     assert sb.lease([wf.slug]) is None
     agent_loop(leased)
@@ -258,7 +248,7 @@ def test_client_leases_a_queued_run(live_server, sb):
 def test_client_goal_versions(sb):
     """goal() makes version 1 and an amend version 2."""
     wf = small_workflow()
-    first = or_skip_when_absent(lambda: sb.goal(wf.slug, "post-1", objective="Publish", acceptance=["cites"]))
+    first = sb.goal(wf.slug, "post-1", objective="Publish", acceptance=["cites"])
     second = sb.goal(wf.slug, "post-1", constraints=["no paywalls"])
     assert (first["version"], second["version"]) == (1, 2)
 
@@ -266,14 +256,14 @@ def test_client_goal_versions(sb):
 def test_client_resume_packet(sb):
     """resume_packet() reads the decision and the stages within the budget."""
     run = sb.trigger(small_workflow().slug, {"v": 9})
-    packet = or_skip_when_absent(lambda: run.resume_packet(budget_tokens=2000))
+    packet = run.resume_packet(budget_tokens=2000)
     assert packet["decision"]["outcome"] == "fresh" and packet["approx_tokens"] <= 2000
     assert [s["stage"] for s in packet["stages"]] == STAGES
 
 
 def test_client_notifications(sb):
     """notifications() lists the caller's notifications (none for a new agent)."""
-    assert or_skip_when_absent(sb.notifications) == []
+    assert sb.notifications() == []
 
 
 def test_client_claims_propose_and_list(sb):

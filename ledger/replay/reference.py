@@ -203,6 +203,3 @@ class ReferenceModel:
                 run.state, run.ended_at = "completed", at
         elif kind == "failed" and previous == "started":  # failed while executing: the run fails
             run.state, run.ended_at = "failed", at
-
-    def effect_status(self, fp: str, stage: str) -> str | None:
-        return self.effects.get((fp, stage))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from ledger import recovery, sql
@@ -12,7 +13,6 @@ from ledger.models import TERMINAL_STATES, Checkpoint, Run
 from ledger.services.writer import illegal, parse_moment, run_lock, run_read, run_spec, stage_status
 from stateboard.canonical import canonical_json
 from stateboard.errors import Invalid
-
 
 CHECKPOINT_MAX_BYTES = 64 * 1024
 SUMMARY_MAX_CHARS = 280
@@ -185,8 +185,6 @@ def checkpoints_prune(*, now: datetime | None = None, batch_size: int = 1000, ma
     within the intent, so "a newer one of its fingerprint exists" says both. Batches of ``batch_size``,
     each its own transaction: one locking SELECT (SKIP LOCKED: a concurrent sweep takes other rows)
     and one DELETE by id. Safe twice and concurrently."""
-    from django.db.models import Exists, OuterRef
-
     now = now or timezone.now()
     newer = Checkpoint.objects.filter(workflow_id=OuterRef("workflow_id"), intent=OuterRef("intent"),
                                       input_fingerprint=OuterRef("input_fingerprint"), id__gt=OuterRef("id"))

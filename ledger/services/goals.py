@@ -19,6 +19,7 @@ from ledger.services.runs import dead_leases_expire, decision_apply, recovery_in
 from ledger.services.versions import goal_latest_version
 from ledger.services.writer import RunWriter, input_fingerprint, intent_lock
 from stateboard.errors import Invalid
+from stateboard.roles import actor_for
 
 # States in which a run still owes the world something: it keeps its goal until they are over.
 OWING_STATES = frozenset({"execute", "verify", "verify_only", "compensate"})
@@ -102,8 +103,6 @@ def goal_catch_up(writer: RunWriter) -> None:
 def goal_create(*, workflow_slug: str, intent, objective=None, constraints=None, acceptance=None,
                 change="amend", user) -> tuple[Goal, dict]:
     """A new goal version for an intent; answers (goal, {"moved": [run ids], "deferred": [run ids]})."""
-    from stateboard.roles import actor_for
-
     if not isinstance(intent, str) or not intent.strip() or len(intent) > 500:
         raise Invalid("validation_error", "intent must be a non-empty string of at most 500 characters.", field="intent")
     if change not in GOAL_CHANGES:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
+
 from ledger.services.approvals import action_validate, high_impact_open
 from ledger.services.outbox import EXECUTOR_TASK, outbox_put
 from ledger.services.writer import EXECUTOR, RunWriter
@@ -30,8 +32,6 @@ def executor_handoff(writer: RunWriter, *, stage: str, action, proposal_seq: int
 
 def _agent_user(actor: str):
     """The requesting agent's user (so the requester rule binds), or None."""
-    from django.contrib.auth import get_user_model
-
     if not actor.startswith("agent:"):
         return None
     return get_user_model().objects.filter(username=actor.split(":", 1)[1]).first()

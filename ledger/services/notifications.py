@@ -14,13 +14,16 @@ from datetime import datetime
 from typing import Iterable, NamedTuple
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.mail import EmailMessage, get_connection
 from django.db import connection, transaction
 from django.urls import reverse
 from django.utils import timezone
 
 from ledger.models import Notification
 from stateboard.errors import NotFound
+from stateboard.roles import EDITOR, ONCALL, users_in_role
 
 log = logging.getLogger(__name__)
 SUBJECT_MAX = Notification._meta.get_field("subject").max_length
@@ -76,9 +79,6 @@ def notifications_send_many(items: Iterable[Item], *, now: datetime | None = Non
 
 def _mail(rows) -> None:
     """One message per new notification to users with an address; a mail failure is logged, never raised."""
-    from django.contrib.auth import get_user_model
-    from django.core.mail import EmailMessage, get_connection
-
     addresses = dict(get_user_model().objects.filter(id__in={r[1] for r in rows}).exclude(email="")
                      .values_list("id", "email"))
     messages = [EmailMessage(subject=f"[Stateboard] {subject}", body=f"{subject}\n\n{url}\n",
@@ -108,8 +108,6 @@ def notification_read(*, notification_id, user) -> Notification:
 def approval_notify(approval) -> list[int]:
     """A new request waits for people: editors decide high-impact and compensation requests
     (the requester excepted: they cannot decide it), on-call decides escalations. Once per request."""
-    from stateboard.roles import EDITOR, ONCALL, users_in_role
-
     escalation = approval.kind == "escalation"
     users = users_in_role(ONCALL if escalation else EDITOR)
     if approval.requested_by_user_id is not None:

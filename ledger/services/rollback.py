@@ -26,13 +26,12 @@ from ledger.services.versions import generations_bump, goal_latest_version
 from ledger.services.writer import RunWriter, workflow_and_run_lock
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, Invalid
+from stateboard.roles import acting_role, actor_for
 
 ROLLBACK_COMPENSATE = "rollback_compensate"  # reason code of the move into `compensate` by a rollback
 
 
 def _rollback_role(user, run: Run) -> tuple[str, str]:
-    from stateboard.roles import acting_role, actor_for
-
     authorizers.may_rollback(user, run)
     return actor_for(user), acting_role(user, set(authorizers.ROLLBACK_ROLES))
 

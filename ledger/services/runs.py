@@ -12,13 +12,13 @@ from django.utils import timezone
 from knowledge.selectors import store_version as knowledge_store_version
 from ledger import recovery, selectors, sql
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, Trigger, Workflow
+from ledger.schedules import SLOT_FORMAT
 from ledger.services.escalations import escalation_raise
 from ledger.services.versions import goal_latest_version
 from ledger.services.writer import (RunWriter, input_fingerprint, intent_lock, lease_expired, lease_fail, run_lock,
                                     workflow_spec)
 from stateboard.canonical import canonical_json
 from stateboard.errors import Conflict, Invalid
-
 
 # ---------------------------------------------------------------- trigger and decide
 
@@ -289,8 +289,6 @@ def schedule_tick(*, workflow_slug: str, slot: str) -> Run | None:
     """The run of one schedule tick T (``YYYY-MM-DDTHH:MM:SSZ``, from beat): trigger key ``schedule:<T>``,
     the workflow's ``schedule_intent`` and ``schedule_inputs`` merged under ``{"slot": T}``. A tick
     delivered twice (two schedulers, a redelivery) is the same run."""
-    from ledger.schedules import SLOT_FORMAT
-
     datetime.strptime(slot, SLOT_FORMAT)  # a malformed slot is a bug in the sender, never a run
     workflow = Workflow.objects.filter(slug=workflow_slug).first()
     if workflow is None:

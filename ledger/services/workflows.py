@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from ledger import authorizers
+from ledger.executor import HandlerConfigError, handler_for
 from ledger.models import Workflow
 from ledger.schedules import periodic_tasks_ensure, schedule_problem
 from ledger.services.audit import audit_record
@@ -32,8 +33,6 @@ def _integer(name: str, value, low: int, high: int) -> None:
 
 
 def _executors_validate(executors, workflow: Workflow) -> None:
-    from ledger.executor import HandlerConfigError, handler_for
-
     if not isinstance(executors, dict):
         _refuse("executors", "executors must be an object {stage: {handler, config}}.", "invalid_executors")
     for stage, spec in executors.items():

@@ -10,11 +10,10 @@ from datetime import datetime, timezone
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger.management.commands.up import stop_on_sigterm
+
 LIVING_SCENARIOS_PER_ROUND = 3
 
-
-def _stop_on_sigterm(signum, frame):
-    raise KeyboardInterrupt  # stop the agents like Ctrl-C does
 
 
 class Command(BaseCommand):
@@ -49,7 +48,7 @@ class Command(BaseCommand):
         executors = {w.slug: sorted(w.executors or {}) for w in Workflow.objects.filter(slug__in=WORKFLOWS)}
         fleet = Fleet(url=url, agents=world["agents"], editor_token=world["tokens"]["editor"], executors=executors,
                       pace=0.0 if once else 1.5, out=self.stdout.write)
-        signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        signal.signal(signal.SIGTERM, stop_on_sigterm)
         fleet.start()
         try:
             if once:

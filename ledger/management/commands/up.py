@@ -18,7 +18,7 @@ def _local(host: str) -> str:
     return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
 
 
-def _stop_on_sigterm(signum, frame):
+def stop_on_sigterm(signum, frame):
     raise KeyboardInterrupt  # stop the children like Ctrl-C does
 
 
@@ -55,7 +55,7 @@ class Command(BaseCommand):
                      "--scheduler", "ledger.beat:TickScheduler",
                      "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
         }
-        signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        signal.signal(signal.SIGTERM, stop_on_sigterm)
 
         def start(name):
             return subprocess.Popen(processes[name], env=env, cwd=settings.BASE_DIR)
