@@ -8,22 +8,23 @@ stage generations) < audit < escalations < checkpoints < runs < goals < leases <
 from ledger.services.approvals import (action_validate, approval_decide, approval_request, approvals_expire,
                                        permit_find, permit_spend)
 from ledger.services.audit import audit_record
-from ledger.services.checkpoints import (CHECKPOINT_FIELDS, CHECKPOINT_MAX_BYTES, SUMMARY_MAX_CHARS,
-                                         checkpoint_save, checkpoint_validate, checkpoints_prune)
-from ledger.services.escalations import escalation_raise
 from ledger.services.batches import events_append
+from ledger.services.checkpoints import (CHECKPOINT_FIELDS, CHECKPOINT_MAX_BYTES, SUMMARY_MAX_CHARS, checkpoint_save,
+                                         checkpoint_validate, checkpoints_prune)
+from ledger.services.escalations import escalation_raise
 from ledger.services.events import event_append
-from ledger.services.notifications import approval_notify, notification_read, notifications_send
 from ledger.services.executor import executor_run, executor_sweep
 from ledger.services.goals import goal_create, goals_of
 from ledger.services.leases import run_lease
-from ledger.services.outbox import outbox_put, outbox_relay
-from ledger.services.workflows import workflow_create, workflow_update, workflow_validate
+from ledger.services.notifications import approval_notify, notification_read, notifications_send
 from ledger.services.oncall import compensation_plan, run_abandon, run_compensate, run_retry
+from ledger.services.outbox import outbox_put, outbox_relay
 from ledger.services.rollback import rollback_preview, run_rollback
 from ledger.services.runs import recovery_input_gather, run_trigger, runs_expire_leases, schedule_tick
+from ledger.services.workflows import workflow_create, workflow_update, workflow_validate
 from ledger.services.writer import (GENESIS_HASH, RunWriter, chain_verify, effect_key_default, event_compute_hash,
-                                    event_hash_fields, input_fingerprint, parse_moment)
+                                    event_hash_fields, input_fingerprint)
+from stateboard.moments import parse_moment
 
 __all__ = [
     "CHECKPOINT_FIELDS", "CHECKPOINT_MAX_BYTES", "GENESIS_HASH", "SUMMARY_MAX_CHARS", "RunWriter",

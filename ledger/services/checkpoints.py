@@ -10,9 +10,10 @@ from django.utils import timezone
 
 from ledger import recovery, sql
 from ledger.models import TERMINAL_STATES, Checkpoint, Run
-from ledger.services.writer import illegal, parse_moment, run_lock, run_read, run_spec, stage_status
+from ledger.services.writer import illegal, run_lock, run_read, run_spec, stage_status
 from stateboard.canonical import canonical_json
 from stateboard.errors import Invalid
+from stateboard.moments import parse_moment
 
 CHECKPOINT_MAX_BYTES = 64 * 1024
 SUMMARY_MAX_CHARS = 280

@@ -10,19 +10,18 @@ from django.utils import timezone
 
 from knowledge import services as knowledge_services
 from ledger import effects, recovery, sql
-from ledger.models import (STAGE_OUTCOME_KINDS, TERMINAL_STATES, Approval, Effect,
-                           EventKind, LedgerEvent, Run)
+from ledger.models import STAGE_OUTCOME_KINDS, TERMINAL_STATES, Approval, Effect, EventKind, LedgerEvent, Run
 from ledger.services.approvals import action_validate, permit_find, permit_spend
 from ledger.services.checkpoints import server_checkpoint
 from ledger.services.goals import goal_catch_up
 from ledger.services.handoff import executor_handoff
 from ledger.services.rollback import compensation_done, compensation_scope
 from ledger.services.versions import stage_generation
-from ledger.services.writer import (EXECUTOR, RunWriter, effect_key_default, illegal, lease_fail, lease_lapse,
-                                    parse_moment, run_lock, run_spec, stage_status)
+from ledger.services.writer import (EXECUTOR, RunWriter, effect_key_default, illegal, lease_fail, lease_lapse, run_lock,
+                                    run_spec, stage_status)
 from stateboard.canonical import canonical_json, digest
 from stateboard.errors import Conflict, Invalid
-
+from stateboard.moments import parse_moment
 
 AGENT_KINDS = STAGE_OUTCOME_KINDS | {"corrected"}
 

@@ -18,7 +18,6 @@ from ledger import machine, recovery, sql
 from ledger.models import LEASED_STATES, TERMINAL_STATES, Checkpoint, EventKind, LedgerEvent, Run, Workflow
 from stateboard.canonical import canonical_json, digest, sha256_hex
 from stateboard.errors import Conflict, NotFound
-from stateboard.moments import parse_moment  # noqa: F401  (re-exported by ledger.services)
 
 
 GENESIS_HASH = "0" * 64
