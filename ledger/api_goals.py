@@ -6,7 +6,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ledger import authorizers, services
-from ledger.api import RunOutputSerializer, _body, _get_run, _run_body, _validated
+from ledger.api import RunOutputSerializer, _body, _get_run, _validated, run_body
 from ledger.models import Goal, Workflow
 from ledger.schema_components import operation, page_of
 from ledger.schema_operations import OPS
@@ -81,4 +81,4 @@ class RunRollbackApi(APIView):
         data = _validated(RollbackInputSerializer, request)
         run = services.run_rollback(run_id=run_id, user=request.user, to_stage=data["to_stage"],
                                     reason=data["reason"], compensate=data["compensate"])
-        return Response(_run_body(run))
+        return Response(run_body(run))

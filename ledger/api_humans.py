@@ -8,8 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ledger import authorizers, selectors, services
-from ledger.api import (ApprovalOutputSerializer, NewestFirstCursor, RunOutputSerializer, _get_run, _run_body,
-                        _validated)
+from ledger.api import ApprovalOutputSerializer, NewestFirstCursor, RunOutputSerializer, _get_run, _validated, run_body
 from ledger.filters import StrictFilterBackend
 from ledger.models import Approval
 from ledger.schema_components import ApprovalRequestSerializer, operation
@@ -17,7 +16,6 @@ from ledger.schema_operations import OPS
 from stateboard.errors import NotFound, Refused
 from stateboard.refusals import approval_subject, refusals
 from stateboard.roles import ANY, actor_for
-
 
 # ---------------------------------------------------------------- approvals and on-call
 
@@ -128,7 +126,7 @@ class RunRetryApi(_OncallActionApi):
         return self._act(request, run_id)
 
     def act(self, run_id, user, reason):
-        return _run_body(services.run_retry(run_id=run_id, user=user, reason=reason))
+        return run_body(services.run_retry(run_id=run_id, user=user, reason=reason))
 
 
 class RunAbandonApi(_OncallActionApi):
@@ -140,7 +138,7 @@ class RunAbandonApi(_OncallActionApi):
         return self._act(request, run_id)
 
     def act(self, run_id, user, reason):
-        return _run_body(services.run_abandon(run_id=run_id, user=user, reason=reason))
+        return run_body(services.run_abandon(run_id=run_id, user=user, reason=reason))
 
 
 class RunCompensateApi(_OncallActionApi):
@@ -153,6 +151,6 @@ class RunCompensateApi(_OncallActionApi):
 
     def act(self, run_id, user, reason):
         run, approval = services.run_compensate(run_id=run_id, user=user, reason=reason)
-        return _run_body(run, approval=ApprovalOutputSerializer(approval).data if approval else None)
+        return run_body(run, approval=ApprovalOutputSerializer(approval).data if approval else None)
 
 

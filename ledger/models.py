@@ -224,7 +224,8 @@ STAGE_OUTCOME_KINDS = frozenset({"started", "proposed", "succeeded", "failed", "
 class LedgerEvent(models.Model):
     """One fact of a run's history. Never updated or deleted: the database refuses it."""
 
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events",
+                            db_index=False)  # event_unique_run_seq (run, seq) serves every lookup by run
     seq = models.PositiveIntegerField()
     at = models.DateTimeField()
     stage = models.CharField(max_length=100, blank=True)

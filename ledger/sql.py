@@ -135,10 +135,11 @@ def from_row(model, converted, values):
 
 
 @functools.cache
-def _run_read_statement(vendor: str, lock: bool, client_lookup: bool):
-    """Run (without its inputs) + workflow; with ``client_lookup`` also the id of an earlier event with
-    a given client_event_id and the run's last seq as of the statement's snapshot."""
-    run_fields = [f for f in Run._meta.concrete_fields if f.name != "inputs"]
+def _run_read_statement(vendor: str, lock: bool, client_lookup: bool, by_trigger_key: bool = False):
+    """Run + workflow, by run id (without the run's inputs) or by (workflow slug, trigger key); with
+    ``client_lookup`` also the id of an earlier event with a given client_event_id and the run's last
+    seq as of the statement's snapshot."""
+    run_fields = [f for f in Run._meta.concrete_fields if by_trigger_key or f.name != "inputs"]
     workflow_fields = list(Workflow._meta.concrete_fields)
     events = _quote(LedgerEvent._meta.db_table)
     columns = [f"r.{_quote(f.column)}" for f in run_fields] + [f"w.{_quote(f.column)}" for f in workflow_fields]
@@ -148,7 +149,8 @@ def _run_read_statement(vendor: str, lock: bool, client_lookup: bool):
     sql = (
         f"SELECT {', '.join(columns)} "
         f"FROM {_quote(Run._meta.db_table)} r JOIN {_quote(Workflow._meta.db_table)} w ON w.id = r.workflow_id "
-        f"WHERE r.id = %s" + (" FOR UPDATE OF r" if lock else "")
+        + ("WHERE w.slug = %s AND r.trigger_key = %s" if by_trigger_key else "WHERE r.id = %s")
+        + (" FOR UPDATE OF r" if lock else "")
     )
     return sql, _converted(Run, run_fields), _converted(Workflow, workflow_fields)
 
@@ -169,6 +171,20 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
     run = from_row(Run, run_columns, row[:n])
     run.workflow = from_row(Workflow, workflow_columns, row[n:n + m])
     return (run, *row[n + m:]) if client_lookup else (run, None, None)
+
+
+def run_by_trigger_key(workflow_slug: str, trigger_key: str) -> Run | None:
+    """The run (with its inputs and workflow) a trigger key made, in one statement, or None (a
+    duplicate trigger's only read)."""
+    sql, run_columns, workflow_columns = _run_read_statement(connection.vendor, False, False, True)
+    with _cursor(write_path=False) as cursor:
+        cursor.execute(sql, [workflow_slug, trigger_key])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    run = from_row(Run, run_columns, row[:len(run_columns)])
+    run.workflow = from_row(Workflow, workflow_columns, row[len(run_columns):])
+    return run
 
 
 def checkpoint_insert_if_running(checkpoint: Checkpoint, *, ttl_seconds: int | None, terminal_states) -> bool:
