@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ledger import authorizers, selectors, services
+from ledger.auth import token_confirmed
 from ledger.filters import RunFilter, StrictFilterBackend
 from ledger.models import Approval, Effect, LedgerEvent, Run, Trigger, Workflow
 from ledger.schema_components import (EVENT_INPUT_OR_BATCH, METRICS, ChainReportSerializer, CheckpointPayloadSerializer,
@@ -360,6 +361,7 @@ class RunDetailApi(APIView):
 @extend_schema_view(get=operation(OPS["runs_events_list"], responses={200: EventOutputSerializer}))
 class RunEventsApi(ListAPIView):
     roles = {"GET": ANY, "POST": ANY}
+    token_cached = {"POST"}  # the append's locking read confirms a cached token (ledger.auth)
     authorizer = authorizers.may_append_event
     serializer_class = EventOutputSerializer
     pagination_class = SeqCursor
@@ -372,6 +374,9 @@ class RunEventsApi(ListAPIView):
                           200: one_or_many("EventOrBatch", EventOutputSerializer)})
     @refusals("event_append", audit=(Refused,))
     def post(self, request, run_id):
+        return token_confirmed(self, request, functools.partial(self._append, request, run_id))
+
+    def _append(self, request, run_id):
         authorizers.may_append_event(request.user, run_id)
         actor = actor_for(request.user)
         if isinstance(request.data, list):  # a batch: all or nothing (API.md)

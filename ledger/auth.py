@@ -1,13 +1,47 @@
-"""API tokens: ``Authorization: Token <key>``; only the SHA-256 of a key is stored."""
+"""API tokens: ``Authorization: Token <key>``; only the SHA-256 of a key is stored.
 
+On the append path (the methods a view lists in ``token_cached``) a token read once is kept in a small
+per-process cache, and the request's first statement — the run's locking read — confirms it
+(``sql.run_lock_read``): a revoked token, a deactivated user or changed roles are seen there, before
+anything is written, and the request is authenticated afresh (401 / 403, or on with the new roles).
+"""
+
+import copy
 import secrets
+import threading
+import time
 
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from ledger import sql
 from stateboard.canonical import sha256_hex
+from stateboard.errors import DomainError
 from stateboard.roles import roles_remember
+
+TOKEN_CACHE_SECONDS = 60.0
+TOKEN_CACHE_SIZE = 4096
+_cache: dict[str, tuple[float, object, frozenset]] = {}  # key hash -> (cached at, user, group names)
+_cache_lock = threading.Lock()
+
+
+def _cache_get(key_hash: str):
+    entry = _cache.get(key_hash)
+    if entry is None or time.monotonic() - entry[0] > TOKEN_CACHE_SECONDS:
+        return None
+    return copy.copy(entry[1]), entry[2]  # each request its own user object
+
+
+def _cache_put(key_hash: str, user, group_names) -> None:
+    with _cache_lock:
+        if len(_cache) >= TOKEN_CACHE_SIZE:
+            _cache.clear()
+        _cache[key_hash] = (time.monotonic(), copy.copy(user), frozenset(group_names))
+
+
+def token_forget(key_hash: str) -> None:
+    with _cache_lock:
+        _cache.pop(key_hash, None)
 
 
 def token_issue(*, user) -> str:
@@ -42,6 +76,14 @@ class HashedTokenAuthentication(authentication.BaseAuthentication):
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("Invalid token.")
         key_hash = sha256_hex(key)
+        view = (getattr(request, "parser_context", None) or {}).get("view")
+        cacheable = sql.available() and request.method in getattr(view, "token_cached", ())
+        cached = _cache_get(key_hash) if cacheable else None
+        if cached is not None:
+            user, group_names = cached
+            roles_remember(user, group_names)
+            request._token_to_confirm = sql.TokenConfirmation(key_hash, group_names)
+            return user, key_hash
         if sql.available():  # token, user and roles in one statement (every API call)
             found = sql.token_user_read(key_hash)
             revoked_at, user, group_names = found if found else (None, None, [])
@@ -52,7 +94,39 @@ class HashedTokenAuthentication(authentication.BaseAuthentication):
         if user is None or revoked_at is not None or not user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked token.")
         roles_remember(user, group_names)
+        if cacheable and not user.is_superuser:  # a superuser's roles do not come from groups alone
+            _cache_put(key_hash, user, group_names)
         return user, key_hash
 
     def authenticate_header(self, request):
         return self.keyword
+
+
+def token_confirmed(view, request, call):
+    """``call()`` with the request's cached token confirmed by its first locking read. If the token
+    changed since it was cached, the request is authenticated and permitted afresh and ``call()`` runs
+    once more (nothing was written the first time). A refusal raised before any statement confirmed the
+    token is answered only once the token is confirmed by a read of its own."""
+    pending = getattr(request, "_token_to_confirm", None)
+    if pending is None:
+        return call()
+    request._token_to_confirm = None
+    reset = sql.token_to_confirm.set(pending)
+    try:
+        try:
+            result = call()
+        except DomainError:
+            if not pending.confirmed:
+                sql.token_confirm(pending, sql.token_groups_read(pending.key_hash))
+            raise
+        if not pending.confirmed:  # every call made here reads the run first; a new path must too
+            raise RuntimeError("a token served from the cache was never confirmed")
+        return result
+    except sql.TokenChanged:
+        pass
+    finally:
+        sql.token_to_confirm.reset(reset)
+    token_forget(pending.key_hash)
+    request._authenticate()  # afresh: 401 if revoked
+    view.check_permissions(request)  # 403 if the role went
+    return call()

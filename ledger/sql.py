@@ -8,7 +8,9 @@ by hand costs a fraction of the ORM's Python per call, which is what bounds appe
 
 from __future__ import annotations
 
+import contextvars
 import functools
+from dataclasses import dataclass
 
 from django.db import connection
 
@@ -134,11 +136,55 @@ def from_row(model, converted, values):
     return model.from_db(connection.alias, [f.attname for f, _ in converted], _python_values(model, converted, values))
 
 
+@dataclass
+class TokenConfirmation:
+    """An API token served from the per-process cache (``ledger.auth``), still to be confirmed by the
+    request's locking read: its roles (group names) when cached, and whether a statement confirmed it."""
+
+    key_hash: str
+    group_names: frozenset
+    confirmed: bool = False
+
+
+class TokenChanged(Exception):
+    """The cached token was revoked, its user deactivated or its roles changed since it was cached."""
+
+
+token_to_confirm: contextvars.ContextVar[TokenConfirmation | None] = contextvars.ContextVar(
+    "token_to_confirm", default=None)
+
+
+def _token_groups_column() -> str:
+    """The token's current group names, NULL when it is revoked, unknown or its user inactive."""
+    from django.contrib.auth import get_user_model
+
+    User = get_user_model()
+    groups = _quote(User.groups.through._meta.db_table)
+    return (f"(SELECT ARRAY(SELECT g.name FROM {groups} ug JOIN auth_group g ON g.id = ug.group_id "
+            f"WHERE ug.user_id = u.id) FROM ledger_apitoken t JOIN {_quote(User._meta.db_table)} u "
+            f"ON u.id = t.user_id WHERE t.key_hash = %s AND t.revoked_at IS NULL AND u.is_active)")
+
+
+def token_confirm(pending: TokenConfirmation, group_names) -> None:
+    """Compare what a statement read of the token with what was cached; raise TokenChanged if it differs."""
+    if group_names is None or frozenset(group_names) != pending.group_names:
+        raise TokenChanged()
+    pending.confirmed = True
+
+
+def token_groups_read(key_hash: str):
+    """The token's current group names (None if revoked), on its own (a refusal raised before any lock)."""
+    with _cursor(write_path=False) as cursor:
+        cursor.execute(f"SELECT {_token_groups_column()}", [key_hash])
+        return cursor.fetchone()[0]
+
+
 @functools.cache
-def _run_read_statement(vendor: str, lock: bool, client_lookup: bool, by_trigger_key: bool = False):
+def _run_read_statement(vendor: str, lock: bool, client_lookup: bool, by_trigger_key: bool = False,
+                        token_check: bool = False):
     """Run + workflow, by run id (without the run's inputs) or by (workflow slug, trigger key); with
     ``client_lookup`` also the id of an earlier event with a given client_event_id and the run's last
-    seq as of the statement's snapshot."""
+    seq as of the statement's snapshot; with ``token_check`` also a cached API token's current groups."""
     run_fields = [f for f in Run._meta.concrete_fields if by_trigger_key or f.name != "inputs"]
     workflow_fields = list(Workflow._meta.concrete_fields)
     events = _quote(LedgerEvent._meta.db_table)
@@ -146,6 +192,8 @@ def _run_read_statement(vendor: str, lock: bool, client_lookup: bool, by_trigger
     if client_lookup:
         columns += [f"(SELECT e.id FROM {events} e WHERE e.run_id = r.id AND e.client_event_id = %s LIMIT 1)",
                     f"(SELECT e.seq FROM {events} e WHERE e.run_id = r.id ORDER BY e.seq DESC LIMIT 1)"]
+    if token_check:
+        columns.append(_token_groups_column())
     sql = (
         f"SELECT {', '.join(columns)} "
         f"FROM {_quote(Run._meta.db_table)} r JOIN {_quote(Workflow._meta.db_table)} w ON w.id = r.workflow_id "
@@ -158,16 +206,29 @@ def _run_read_statement(vendor: str, lock: bool, client_lookup: bool, by_trigger
 def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
     """Lock the run row (unless ``lock=False``) and read it with its workflow in one statement:
     (run, id of an earlier event with ``client_event_id``, last seq seen by the statement's snapshot),
-    or None if there is no such run. Without ``client_event_id`` the last two are None."""
+    or None if there is no such run. Without ``client_event_id`` the last two are None.
+
+    A cached API token waiting in ``token_to_confirm`` is confirmed by the same statement: if it was
+    revoked or its roles changed, TokenChanged is raised before anything is written."""
     client_lookup = client_event_id is not None
-    sql, run_columns, workflow_columns = _run_read_statement(connection.vendor, lock, client_lookup)
+    pending = token_to_confirm.get()
+    token_check = pending is not None and not pending.confirmed
+    sql, run_columns, workflow_columns = _run_read_statement(connection.vendor, lock, client_lookup,
+                                                             token_check=token_check)
     params = [client_event_id] if client_lookup else []
+    if token_check:
+        params.append(pending.key_hash)
     with _cursor() as cursor:
         cursor.execute(sql, [*params, Run._meta.pk.get_db_prep_value(run_uuid, connection)])
         row = cursor.fetchone()
     if row is None:
+        if token_check:
+            token_confirm(pending, token_groups_read(pending.key_hash))  # no such run: who asks still counts
         return None
     n, m = len(run_columns), len(workflow_columns)
+    if token_check:
+        token_confirm(pending, row[-1])
+        row = row[:-1]
     run = from_row(Run, run_columns, row[:n])
     run.workflow = from_row(Workflow, workflow_columns, row[n:n + m])
     return (run, *row[n + m:]) if client_lookup else (run, None, None)

@@ -12,7 +12,8 @@ anyway). Each figure is the median of ``reps`` repetitions:
   stages, every event with a ``client_event_id``) and a plain append (``proposed`` on an executing
   stage: one event, no transition, no checkpoint);
 - the same two streams through the HTTP API served by gunicorn as ``manage.py up`` starts it
-  (``stateboard.webserver``: gthread, workers = cores, 4 threads), the same plain append with the pool
+  (``stateboard.webserver``: gthread, workers = cores, 4 threads; clients on keep-alive ``http.client``
+  connections), the same plain append with the pool
   off (persistent connections), one client's p95, batches of 20 events and a duplicate trigger's p50;
 - batches of 20 through ``services.events_append``; new triggers of 16 intents of one workflow from N
   clients under the intent lock beside the former per-workflow lock; statements per request;
@@ -149,8 +150,8 @@ def _http(report: Report, say: Out, *, db_name: str, reps: int, duration: float,
     from ledger.identities import agent_create
 
     say("")
-    say(f"== the HTTP API (gunicorn as `up` starts it, {clients} client processes with requests.Session, "
-        "127.0.0.1) ==")
+    say(f"== the HTTP API (gunicorn as `up` starts it, {clients} client processes, each on one keep-alive "
+        "http.client connection to 127.0.0.1) ==")
     _, token = agent_create(name=f"bench-http-{uuid.uuid4().hex[:6]}")
     keys = ("rawN", "httpN", "hplainN", "hbatchN", "hplain_nopoolN")
     series = {k: [] for k in keys}
