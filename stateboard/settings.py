@@ -102,6 +102,10 @@ else:
         }
     }
 
+# The ledger's hot statements are PREPAREd once per connection (ledger/sql.py); turn it off behind a
+# pooler that does not keep a session's prepared statements (PgBouncer in transaction mode).
+DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -1,0 +1,49 @@
+"""The hot statements are prepared once per connection (``ledger.sql._execute``) and keep working."""
+
+import uuid
+
+import pytest
+from django.db import connection, transaction
+
+from ledger import services, sql
+from tests.factories import make_workflow
+
+pytestmark = pytest.mark.django_db
+
+
+def _prepared() -> dict:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, statement FROM pg_prepared_statements WHERE name LIKE 'sb\\_%%'")
+        return dict(cursor.fetchall())
+
+
+def _run(query: str, params: list):
+    with connection.cursor() as cursor:
+        sql._execute(cursor, query, params)
+        return cursor.fetchone()
+
+
+def test_the_appends_statements_are_prepared_and_reused():
+    wf = make_workflow(stages=["build"])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, actor="agent:p")
+    for kind in ("started", "proposed", "proposed"):
+        services.event_append(run_id=run.id, body={"client_event_id": uuid.uuid4().hex, "stage": "build",
+                                                   "kind": kind}, actor="agent:p")
+    statements = _prepared().values()
+    assert any("FOR UPDATE OF r" in text for text in statements)  # the run's locking read
+    assert any(text.startswith("PREPARE") and "INSERT INTO \"ledger_ledgerevent\"" in text for text in statements)
+    assert services.chain_verify(run=run)["ok"]
+
+
+def test_a_prepared_statement_outlives_a_rollback_and_binds_its_parameters(settings):
+    query = f"SELECT %s::int + %s::int, %s::text /* {uuid.uuid4().hex} */"
+    name = sql._prepared_name(query)
+    settings.DB_PREPARED_STATEMENTS = False
+    assert _run(query, [1, 2, "o'neil"]) == (3, "o'neil")
+    assert name not in _prepared()
+    settings.DB_PREPARED_STATEMENTS = True
+    with transaction.atomic():
+        assert _run(query, [40, 2, "x"]) == (42, "x")
+        transaction.set_rollback(True)
+    assert name in _prepared()
+    assert _run(query, [None, 1, None]) == (None, None)
