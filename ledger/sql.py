@@ -324,7 +324,7 @@ def select_rows(model, field_names: list[str], where: str, params: list, *, orde
            f"WHERE {where}" + (f" ORDER BY {order}" if order else "") + (f" LIMIT {int(limit)}" if limit else ""))
     converted = _converted(model, fields)
     with _cursor(write_path=False) as cursor:
-        cursor.execute(sql, params)
+        _execute(cursor, sql, params)
         rows = cursor.fetchall()
     return [tuple(_python_values(model, converted, row)) for row in rows]
 

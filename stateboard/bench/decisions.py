@@ -113,6 +113,10 @@ def explain_decision(loader: LedgerHistory, say: Out) -> list[str]:
                         if node["Node Type"] == "Seq Scan":
                             seq_scans.append(node["Relation Name"])
                     scans.append(what)
+            if sql.startswith("EXECUTE "):  # a prepared statement (ledger.sql): label it by its text
+                cur.execute("SELECT statement FROM pg_prepared_statements WHERE name = %s",
+                            [sql.split()[1].split("(")[0]])
+                sql = cur.fetchone()[0]
             table = re.search(r'FROM "(\w+)"', sql)
             where = re.search(r"WHERE (.*?)( ORDER BY| LIMIT| GROUP BY|$)", sql)
             cols = sorted(set(re.findall(r'"\w+"\."(\w+)"', where.group(1)))) if where else []
