@@ -45,11 +45,13 @@ def run_detail(*, run_id):
             .get(id=run_id))
 
 
+INTENT_HOLDING_STATES = (*HOLDING_STATES, "escalated")
+
+
 def intent_holding_runs(*, workflow, intent: str):
     """The intent's real runs that hold its work or wait on a human (holding states and ``escalated``):
     what a trigger must see (and lock) before it decides. Staged runs never count (SPEC §10.3)."""
-    return Run.objects.filter(workflow=workflow, intent=intent, state__in=(*HOLDING_STATES, "escalated"),
-                              staged=False)
+    return Run.objects.filter(workflow=workflow, intent=intent, state__in=INTENT_HOLDING_STATES, staged=False)
 
 
 def checkpoint_latest(*, run):

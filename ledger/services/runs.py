@@ -114,8 +114,17 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
 def dead_leases_expire(*, workflow: Workflow, intent: str, now: datetime, exclude=None) -> list[Run]:
     """Lock the intent's holding/escalated runs; move those whose lease expired (or that were queued
     past their time) to ``failed``."""
-    runs = list(selectors.intent_holding_runs(workflow=workflow, intent=intent)
-                .select_for_update(of=("self",)).select_related("workflow").exclude(id=exclude))
+    if sql.available():
+        where = "workflow_id = %s AND intent = %s AND state = ANY(%s) AND staged = %s"
+        params = [workflow.id, intent, list(selectors.INTENT_HOLDING_STATES), False]
+        if exclude is not None:
+            where, params = where + " AND id <> %s", [*params, exclude]
+        runs = sql.select_models(Run, where, params, order="id", lock=True)
+        for run in runs:
+            run.workflow = workflow
+    else:
+        runs = list(selectors.intent_holding_runs(workflow=workflow, intent=intent)
+                    .select_for_update(of=("self",)).select_related("workflow").exclude(id=exclude))
     alive = []
     for run in runs:
         if lease_expired(run, now):
@@ -217,9 +226,10 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
 
 def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigger: str, trigger_key: str | None,
                         env_fingerprint: str, actor: str, staged: bool) -> tuple[Run, bool]:
-    workflow = Workflow.objects.filter(slug=workflow_slug).first()
-    if workflow is None:
+    found = sql.select_models(Workflow, "slug = %s", [workflow_slug], limit=1)
+    if not found:
         raise Invalid("unknown_workflow", f"No workflow with slug {workflow_slug!r}.")
+    workflow = found[0]
     intent = intent or workflow.slug
     if trigger not in Trigger.values:
         raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")

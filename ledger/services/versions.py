@@ -9,20 +9,23 @@ from __future__ import annotations
 
 from django.db.models import F
 
+from ledger import sql
 from ledger.models import Goal, StageGeneration
 
 
 def goal_latest_version(*, workflow_id: int, intent: str) -> int | None:
     """The intent's latest goal version, or None when it has none."""
-    return (Goal.objects.filter(workflow_id=workflow_id, intent=intent)
-            .order_by("-version").values_list("version", flat=True).first())
+    rows = sql.select_rows(Goal, ["version"], "workflow_id = %s AND intent = %s", [workflow_id, intent],
+                           order="version DESC", limit=1)
+    return rows[0][0] if rows else None
 
 
 def stage_generation(*, workflow_id: int, intent: str, fingerprint: str, stage: str) -> int:
     """Rollbacks and compensations of this intent and fingerprint that covered the stage (0 if none)."""
-    found = (StageGeneration.objects.filter(workflow_id=workflow_id, intent=intent, input_fingerprint=fingerprint,
-                                            stage=stage).values_list("generation", flat=True).first())
-    return found or 0
+    rows = sql.select_rows(StageGeneration, ["generation"],
+                           "workflow_id = %s AND intent = %s AND input_fingerprint = %s AND stage = %s",
+                           [workflow_id, intent, fingerprint, stage], limit=1)
+    return (rows[0][0] if rows else None) or 0
 
 
 def generations_bump(*, workflow_id: int, intent: str, fingerprint: str, stages) -> None:

@@ -151,16 +151,15 @@ class RunWriter:
     def flush(self, *, insert: bool = False) -> None:
         self.run.updated_at = self.now
         changed = [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
-        if insert:
-            self.run.save(force_insert=True)
         if not sql.available():  # the embedded SQLite demo: the plain ORM
+            if insert:
+                self.run.save(force_insert=True)
             LedgerEvent.objects.bulk_create(self.events)
             Checkpoint.objects.bulk_create(self.rows)
             if changed and not insert:
                 self.run.save(update_fields=changed)
-        elif insert:
-            sql.rows_insert(LedgerEvent, self.events)
-            sql.rows_insert(Checkpoint, self.rows)
+        elif insert:  # the new run, its first events and checkpoints: one statement
+            sql.rows_insert_all([(Run, [self.run]), (LedgerEvent, self.events), (Checkpoint, self.rows)])
         else:
             sql.events_and_run_write(self.events, self.run, changed, checkpoints=self.rows)
         self.rows = []
