@@ -111,20 +111,32 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
 
 
 
+def workflow_read(slug: str) -> Workflow | None:
+    """The workflow a trigger names (one prepared read on PostgreSQL)."""
+    found = sql.select_models(Workflow, "slug = %s", [slug], limit=1)
+    return found[0] if found else None
+
+
+def holding_runs(*, workflow: Workflow, intent: str, lock: bool = False, exclude=None) -> list[Run]:
+    """``selectors.intent_holding_runs`` as a trigger reads them (locked with ``lock``), with their
+    workflow; one prepared statement on PostgreSQL."""
+    if not sql.available():
+        runs = selectors.intent_holding_runs(workflow=workflow, intent=intent).exclude(id=exclude)
+        return list((runs.select_for_update(of=("self",)) if lock else runs).select_related("workflow"))
+    where = "workflow_id = %s AND intent = %s AND state = ANY(%s) AND staged = %s"
+    params = [workflow.id, intent, list(selectors.INTENT_HOLDING_STATES), False]
+    if exclude is not None:
+        where, params = where + " AND id <> %s", [*params, exclude]
+    runs = sql.select_models(Run, where, params, order="id", lock=lock)
+    for run in runs:
+        run.workflow = workflow
+    return runs
+
+
 def dead_leases_expire(*, workflow: Workflow, intent: str, now: datetime, exclude=None) -> list[Run]:
     """Lock the intent's holding/escalated runs; move those whose lease expired (or that were queued
     past their time) to ``failed``."""
-    if sql.available():
-        where = "workflow_id = %s AND intent = %s AND state = ANY(%s) AND staged = %s"
-        params = [workflow.id, intent, list(selectors.INTENT_HOLDING_STATES), False]
-        if exclude is not None:
-            where, params = where + " AND id <> %s", [*params, exclude]
-        runs = sql.select_models(Run, where, params, order="id", lock=True)
-        for run in runs:
-            run.workflow = workflow
-    else:
-        runs = list(selectors.intent_holding_runs(workflow=workflow, intent=intent)
-                    .select_for_update(of=("self",)).select_related("workflow").exclude(id=exclude))
+    runs = holding_runs(workflow=workflow, intent=intent, lock=True, exclude=exclude)
     alive = []
     for run in runs:
         if lease_expired(run, now):
@@ -226,10 +238,9 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
 
 def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigger: str, trigger_key: str | None,
                         env_fingerprint: str, actor: str, staged: bool) -> tuple[Run, bool]:
-    found = sql.select_models(Workflow, "slug = %s", [workflow_slug], limit=1)
-    if not found:
+    workflow = workflow_read(workflow_slug)
+    if workflow is None:
         raise Invalid("unknown_workflow", f"No workflow with slug {workflow_slug!r}.")
-    workflow = found[0]
     intent = intent or workflow.slug
     if trigger not in Trigger.values:
         raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")

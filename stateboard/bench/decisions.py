@@ -17,13 +17,12 @@ def decision_read_path(workflow_slug: str, intent: str, inputs: dict, env: str =
     """What a trigger reads to decide (no lock, no write): workflow, holding runs, L2/L3, decision."""
     from django.utils import timezone
 
-    from ledger import recovery, selectors, services
-    from ledger.models import Workflow
+    from ledger import recovery, services
 
-    workflow = Workflow.objects.get(slug=workflow_slug)
+    workflow = services.workflow_read(workflow_slug)
     fp = services.input_fingerprint(workflow_slug=workflow.slug, intent=intent, inputs=inputs,
                                     policy_version=workflow.policy_version)
-    others = list(selectors.intent_holding_runs(workflow=workflow, intent=intent))
+    others = services.holding_runs(workflow=workflow, intent=intent)
     inp, _ = services.recovery_input_gather(workflow=workflow, intent=intent, fingerprint=fp,
                                             policy_version=workflow.policy_version, env_fingerprint=env,
                                             others=others, now=timezone.now())
