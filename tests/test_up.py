@@ -46,3 +46,61 @@ def test_up_migrates_seeds_and_serves_on_sqlite(tmp_path):
     out = guarded.stdout + guarded.stderr
     assert guarded.stdout.count("REFUSED") == 4 and "ALLOWED" not in out, out
     assert "MISSING" not in out and out.count("GUARDED") >= 12, out
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The live child processes of ``pid``: {pid: command line}."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def _wait_for(predicate, what: str, timeout: float = 90):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_up_restarts_a_worker_killed_under_it(tmp_path):
+    """SIGKILL the Celery worker `up` started: `up` says so, starts a new one and keeps serving."""
+    import signal
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
+    env["STATEBOARD_VAR_DIR"] = str(tmp_path)
+    log = tmp_path / "up.log"
+    with open(log, "wb") as out:
+        up = subprocess.Popen([sys.executable, "manage.py", "up", "--no-demo", "--port", str(_free_port())],
+                              cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(lambda: "Stateboard is up" in log.read_text(errors="replace"), "up to serve", 180)
+
+        def worker():
+            return next((pid for pid, cmd in _children(up.pid).items() if "celery" in cmd and " worker" in cmd), None)
+
+        first = _wait_for(worker, "the worker")
+        os.kill(first, signal.SIGKILL)
+        _wait_for(lambda: "worker exited with status -9; restarting it." in log.read_text(errors="replace"),
+                  "up to notice the dead worker")
+        second = _wait_for(worker, "a new worker")
+        assert second != first and up.poll() is None
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(timeout=60)
+    assert up.returncode == 0, log.read_text(errors="replace")[-3000:]
