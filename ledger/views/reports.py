@@ -17,9 +17,11 @@ def reports(request):
     data = report_data.series(window=window)
     labels = (data["since"].strftime("%Y-%m-%d %H:%M UTC"), data["now"].strftime("%Y-%m-%d %H:%M UTC"))
     workflows = []
+    per_workflow = selectors.metrics_by_workflow(since=data["since"], now=data["now"])
     for workflow in selectors.workflow_list():
         buckets = data["workflows"].get(workflow.slug, [])
-        figures = selectors.metrics(workflow_slug=workflow.slug, since=data["since"], now=data["now"])
+        figures = per_workflow.get(workflow.slug) or selectors.metrics(workflow_slug=workflow.slug,
+                                                                       since=data["since"], now=data["now"])
         workflows.append({
             "slug": workflow.slug, "figures": figures,
             "charts": [
