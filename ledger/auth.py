@@ -16,7 +16,6 @@ from rest_framework import authentication, exceptions
 
 from ledger import sql
 from stateboard.canonical import sha256_hex
-from stateboard.errors import DomainError
 from stateboard.roles import roles_remember
 
 TOKEN_CACHE_SECONDS = 60.0
@@ -115,7 +114,9 @@ def token_confirmed(view, request, call):
     try:
         try:
             result = call()
-        except DomainError:
+        except sql.TokenChanged:
+            raise
+        except Exception:  # a refusal (or a body that does not parse) before the lock read
             if not pending.confirmed:
                 sql.token_confirm(pending, sql.token_groups_read(pending.key_hash))
             raise

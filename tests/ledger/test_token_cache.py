@@ -61,6 +61,9 @@ def test_a_revoked_token_gets_401_before_a_validation_error_or_a_missing_run(age
     token_revoke(key=token)
     assert _post(driver, run_id, {"client_event_id": 5, "stage": "build", "kind": "proposed"}).status_code == 401
     assert _post(driver, run_id, []).status_code == 401
+    malformed = driver.client.post(f"/api/v1/runs/{run_id}/events/", data=b"{not json",
+                                   content_type="application/json")
+    assert malformed.status_code == 401, malformed.content
     missing = "00000000-0000-4000-8000-000000000000"
     assert _post(driver, missing, {"stage": "build", "kind": "proposed"}).status_code == 401
 
