@@ -352,16 +352,22 @@ def intent_advisory_lock(workflow_id: int, intent: str) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", [intent, workflow_id])
 
 
+@functools.lru_cache(maxsize=512)
+def _select_statement(model, field_names: tuple, where: str, order: str, limit: int | None, lock: bool, vendor: str):
+    fields = [model._meta.get_field(name) for name in field_names]
+    sql = (f"SELECT {', '.join(_quote(f.column) for f in fields)} FROM {_quote(model._meta.db_table)} "
+           f"WHERE {where}" + (f" ORDER BY {order}" if order else "") + (f" LIMIT {int(limit)}" if limit else "")
+           + (" FOR UPDATE" if lock else ""))
+    return sql, _converted(model, fields)
+
+
 def select_rows(model, field_names: list[str], where: str, params: list, *, order: str = "",
                 limit: int | None = None, lock: bool = False) -> list[tuple]:
     """Values of ``field_names`` for the rows matching ``where``, converted as the ORM would
     (the recovery decision's reads: a few indexed lookups, without the ORM's per-query Python);
     ``lock``: FOR UPDATE (PostgreSQL)."""
-    fields = [model._meta.get_field(name) for name in field_names]
-    sql = (f"SELECT {', '.join(_quote(f.column) for f in fields)} FROM {_quote(model._meta.db_table)} "
-           f"WHERE {where}" + (f" ORDER BY {order}" if order else "") + (f" LIMIT {int(limit)}" if limit else "")
-           + (" FOR UPDATE" if lock and available() else ""))
-    converted = _converted(model, fields)
+    sql, converted = _select_statement(model, tuple(field_names), where, order, limit, lock and available(),
+                                       connection.vendor)
     with _cursor(write_path=False) as cursor:
         _execute(cursor, sql, params)
         rows = cursor.fetchall()
