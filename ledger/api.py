@@ -14,7 +14,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ledger import authorizers, selectors, services
+from ledger import authorizers, selectors, services, sql
 from ledger.auth import token_confirmed
 from ledger.filters import RunFilter, StrictFilterBackend
 from ledger.models import Approval, Effect, LedgerEvent, Run, Trigger, Workflow
@@ -343,7 +343,11 @@ class RunLeaseApi(APIView):
 
 def _decision_latency_record(run_id, arrived: float) -> None:
     """Runs once the trigger's transaction (and so its `decided` event) has committed."""
-    Run.objects.filter(id=run_id).update(decision_latency_ms=(time.monotonic() - arrived) * 1000)
+    milliseconds = (time.monotonic() - arrived) * 1000
+    if sql.available():
+        sql.decision_latency_write(run_id, milliseconds)
+    else:
+        Run.objects.filter(id=run_id).update(decision_latency_ms=milliseconds)
 
 
 class RunDetailApi(APIView):

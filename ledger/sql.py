@@ -345,6 +345,16 @@ def checkpoint_insert_if_running(checkpoint: Checkpoint, *, ttl_seconds: int | N
     return True
 
 
+def decision_latency_write(run_id, milliseconds: float) -> None:
+    """Record a committed trigger's latency in its own transaction, committed without waiting for the
+    WAL flush (``synchronous_commit`` off for this statement's transaction only): a metric that a crash
+    may lose, never a ledger fact, so a trigger's answer does not wait for a second disk flush."""
+    with _cursor() as cursor:
+        _execute(cursor, f"WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)) "
+                         f"UPDATE {_quote(Run._meta.db_table)} SET decision_latency_ms = %s FROM relaxed "
+                         f"WHERE id = %s", [milliseconds, Run._meta.pk.get_db_prep_value(run_id, connection)])
+
+
 def intent_advisory_lock(workflow_id: int, intent: str) -> None:
     """A transaction-level advisory lock on (workflow, intent): 64 bits of ``hashtextextended(intent,
     workflow id)``. Two intents sharing a hash only wait for each other; nothing is ever let through."""

@@ -47,3 +47,16 @@ def test_a_prepared_statement_outlives_a_rollback_and_binds_its_parameters(setti
         transaction.set_rollback(True)
     assert name in _prepared()
     assert _run(query, [None, 1, None]) == (None, None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_latency_metric_commits_alone_and_leaves_synchronous_commit_on():
+    """The latency write relaxes synchronous_commit for its own transaction only, never the ledger's."""
+    wf = make_workflow(stages=["build"])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, actor="agent:p")
+    sql.decision_latency_write(run.id, 12.5)
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+    run.refresh_from_db()
+    assert run.decision_latency_ms == 12.5
