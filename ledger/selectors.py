@@ -115,9 +115,19 @@ def _counts(queryset, key: str | None, *extra: str) -> dict:
     return {(row[fields[0]] if len(fields) == 1 else tuple(row[f] for f in fields)): row["n"] for row in rows}
 
 
-def _ledger_figures(*, workflow_slug: str | None, since, now, by_workflow: bool) -> dict:
-    """SPEC §7's ledger figures, {workflow slug: figures} with ``by_workflow`` (one grouped read per
-    figure, whatever the number of workflows), else {None: figures}."""
+def _values_by(queryset, key: str | None, field: str) -> dict:
+    """{key value: [values of ``field``]}; {None: [...]} when ``key`` is None."""
+    found: dict = {}
+    for group, value in (queryset.values_list(key, field) if key
+                         else ((None, v) for v in queryset.values_list(field, flat=True))):
+        found.setdefault(group, []).append(value)
+    return found
+
+
+def _ledger_figures(*, workflow_slug: str | None, since, now, slugs: list[str] | None) -> dict:
+    """SPEC §7's ledger figures: {slug: figures} for each of ``slugs`` (one grouped read per figure,
+    whatever the number of workflows), or {None: figures} when ``slugs`` is None."""
+    by_workflow = slugs is not None
     runs = Run.objects.filter(staged=False)  # staged (dry) runs are left out of every figure
     events = LedgerEvent.objects.filter(run__staged=False)
     effects = Effect.objects.all()  # a staged run writes no effect
@@ -129,12 +139,10 @@ def _ledger_figures(*, workflow_slug: str | None, since, now, by_workflow: bool)
     if since:
         runs, effects, events = runs.filter(created_at__gte=since), effects.filter(created_at__gte=since), \
             events.filter(at__gte=since)
-    run_key, effect_key, event_key, approval_key = (
-        ("workflow__slug", "workflow__slug", "run__workflow__slug", "run__workflow__slug") if by_workflow
-        else (None, None, None, None))
+    run_key, via_run = ("workflow__slug", "run__workflow__slug") if by_workflow else (None, None)
     run_counts = _counts(runs, run_key)
-    effect_counts = _counts(effects, effect_key)
-    duplicated = _keys_executed_twice(events, event_key)
+    effect_counts = _counts(effects, run_key)
+    duplicated = _keys_executed_twice(events, via_run)
     completed = runs.filter(state="completed")
     completed_counts = _counts(completed, run_key)
     unverified = _counts(completed.filter(effects__status__in=("attempted", "effective", "unknown")), run_key)
@@ -145,18 +153,12 @@ def _ledger_figures(*, workflow_slug: str | None, since, now, by_workflow: bool)
     if by_workflow:
         measured = measured.annotate(newest=Window(RowNumber(), partition_by=F("workflow_id"),
                                                    order_by=F("created_at").desc())).filter(newest__lte=10000)
-        latency_rows = measured.values_list("workflow__slug", "decision_latency_ms")
     else:
-        latency_rows = ((None, v) for v in measured.order_by("-created_at")
-                        .values_list("decision_latency_ms", flat=True)[:10000])
-    latencies: dict = {}
-    for group, value in latency_rows:
-        latencies.setdefault(group, []).append(value)
-    ages: dict = {}
-    for group, created in (approvals.values_list(approval_key, "created_at") if approval_key
-                           else ((None, c) for c in approvals.values_list("created_at", flat=True))):
-        ages.setdefault(group, []).append((now - created).total_seconds())
-    groups = list(Workflow.objects.values_list("slug", flat=True)) if by_workflow else [None]
+        measured = measured.order_by("-created_at")[:10000]
+    latencies = _values_by(measured, run_key, "decision_latency_ms")
+    ages = {group: [(now - created).total_seconds() for created in moments]
+            for group, moments in _values_by(approvals, via_run, "created_at").items()}
+    groups = slugs if by_workflow else [None]
 
     def within(counts: dict, group) -> dict:
         """{part: n} of one group, from counts keyed (group, part) — or by part alone when not grouped."""
@@ -199,17 +201,17 @@ def _shared_figures(*, since) -> dict:
 def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
     """SPEC §7, computed from the ledger and its projections (P95 and recovery accuracy are None without data)."""
     now = now or timezone.now()
-    ledger = _ledger_figures(workflow_slug=workflow_slug, since=since, now=now, by_workflow=False)[None]
+    ledger = _ledger_figures(workflow_slug=workflow_slug, since=since, now=now, slugs=None)[None]
     return _figures(ledger, workflow_slug=workflow_slug, since=since, shared=_shared_figures(since=since))
 
 
-def metrics_by_workflow(*, since=None, now=None) -> dict:
-    """``metrics(workflow_slug=…)`` of every workflow, {slug: figures}, in a number of reads that does not
-    grow with the workflows (the reports page)."""
+def metrics_by_workflow(*, slugs: list[str], since=None, now=None) -> dict:
+    """``metrics(workflow_slug=…)`` of each of ``slugs``, {slug: figures}, in a number of reads that does
+    not grow with the workflows (the reports page)."""
     now = now or timezone.now()
     shared = _shared_figures(since=since)
     return {slug: _figures(ledger, workflow_slug=slug, since=since, shared=shared)
-            for slug, ledger in _ledger_figures(workflow_slug=None, since=since, now=now, by_workflow=True).items()}
+            for slug, ledger in _ledger_figures(workflow_slug=None, since=since, now=now, slugs=slugs).items()}
 
 
 def prometheus_samples():

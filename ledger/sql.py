@@ -64,10 +64,10 @@ def _execute_raw(cursor, query: str, params) -> None:
     raw = connection.connection
     prepared = raw.__dict__.setdefault("_stateboard_prepared", set())
     name = _prepared_name(query)
+    if name not in prepared and len(prepared) >= PREPARED_PER_CONNECTION:
+        cursor.execute(query, params)
+        return
     if name not in prepared:
-        if len(prepared) >= PREPARED_PER_CONNECTION:
-            cursor.execute(query, params)
-            return
         count = iter(range(1, 10_000))
         with raw.cursor() as plain:  # psycopg's own cursor: a one-time statement, not in Django's query log
             plain.execute(f"PREPARE {name} AS " + re.sub(r"%s", lambda _: f"${next(count)}", query))
@@ -221,14 +221,18 @@ token_to_confirm: contextvars.ContextVar[TokenConfirmation | None] = contextvars
     "token_to_confirm", default=None)
 
 
+def _user_groups_array(User) -> str:
+    """The group names of user ``u`` as an array expression (the roles, ``stateboard.roles``)."""
+    groups = _quote(User.groups.through._meta.db_table)
+    return f"ARRAY(SELECT g.name FROM {groups} ug JOIN auth_group g ON g.id = ug.group_id WHERE ug.user_id = u.id)"
+
+
 def _token_groups_column() -> str:
     """The token's current group names, NULL when it is revoked, unknown or its user inactive."""
     from django.contrib.auth import get_user_model
 
     User = get_user_model()
-    groups = _quote(User.groups.through._meta.db_table)
-    return (f"(SELECT ARRAY(SELECT g.name FROM {groups} ug JOIN auth_group g ON g.id = ug.group_id "
-            f"WHERE ug.user_id = u.id) FROM ledger_apitoken t JOIN {_quote(User._meta.db_table)} u "
+    return (f"(SELECT {_user_groups_array(User)} FROM ledger_apitoken t JOIN {_quote(User._meta.db_table)} u "
             f"ON u.id = t.user_id WHERE t.key_hash = %s AND t.revoked_at IS NULL AND u.is_active)")
 
 
@@ -292,13 +296,19 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
         if token_check:
             token_confirm(pending, token_groups_read(pending.key_hash))  # no such run: who asks still counts
         return None
-    n, m = len(run_columns), len(workflow_columns)
     if token_check:
         token_confirm(pending, row[-1])
         row = row[:-1]
+    run, rest = _run_with_workflow(row, run_columns, workflow_columns)
+    return (run, *rest) if client_lookup else (run, None, None)
+
+
+def _run_with_workflow(row, run_columns, workflow_columns) -> tuple[Run, tuple]:
+    """The run (its workflow attached) from a row of ``_run_read_statement``, and the columns after them."""
+    n, m = len(run_columns), len(workflow_columns)
     run = from_row(Run, run_columns, row[:n])
     run.workflow = from_row(Workflow, workflow_columns, row[n:n + m])
-    return (run, *row[n + m:]) if client_lookup else (run, None, None)
+    return run, row[n + m:]
 
 
 def run_by_trigger_key(workflow_slug: str, trigger_key: str) -> Run | None:
@@ -308,11 +318,7 @@ def run_by_trigger_key(workflow_slug: str, trigger_key: str) -> Run | None:
     with _cursor(write_path=False) as cursor:
         _execute(cursor, sql, [workflow_slug, trigger_key])
         row = cursor.fetchone()
-    if row is None:
-        return None
-    run = from_row(Run, run_columns, row[:len(run_columns)])
-    run.workflow = from_row(Workflow, workflow_columns, row[len(run_columns):])
-    return run
+    return None if row is None else _run_with_workflow(row, run_columns, workflow_columns)[0]
 
 
 def checkpoint_insert_if_running(checkpoint: Checkpoint, *, ttl_seconds: int | None, terminal_states) -> bool:
@@ -399,10 +405,8 @@ def _token_statement(vendor: str):
 
     User = get_user_model()
     user_fields = list(User._meta.concrete_fields)
-    groups = User.groups.through._meta.db_table
     sql = (f"SELECT t.revoked_at, {', '.join('u.' + _quote(f.column) for f in user_fields)}, "
-           f"ARRAY(SELECT g.name FROM {_quote(groups)} ug JOIN auth_group g ON g.id = ug.group_id "
-           f"WHERE ug.user_id = u.id) "
+           f"{_user_groups_array(User)} "
            f"FROM ledger_apitoken t JOIN {_quote(User._meta.db_table)} u ON u.id = t.user_id WHERE t.key_hash = %s")
     return sql, User, _converted(User, user_fields)
 

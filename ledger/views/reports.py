@@ -17,11 +17,12 @@ def reports(request):
     data = report_data.series(window=window)
     labels = (data["since"].strftime("%Y-%m-%d %H:%M UTC"), data["now"].strftime("%Y-%m-%d %H:%M UTC"))
     workflows = []
-    per_workflow = selectors.metrics_by_workflow(since=data["since"], now=data["now"])
-    for workflow in selectors.workflow_list():
+    listed = list(selectors.workflow_list())
+    per_workflow = selectors.metrics_by_workflow(slugs=[w.slug for w in listed], since=data["since"],
+                                                 now=data["now"])
+    for workflow in listed:
         buckets = data["workflows"].get(workflow.slug, [])
-        figures = per_workflow.get(workflow.slug) or selectors.metrics(workflow_slug=workflow.slug,
-                                                                       since=data["since"], now=data["now"])
+        figures = per_workflow[workflow.slug]
         workflows.append({
             "slug": workflow.slug, "figures": figures,
             "charts": [
