@@ -60,3 +60,19 @@ def test_the_latency_metric_commits_alone_and_leaves_synchronous_commit_on():
         assert cursor.fetchone()[0] == "on"
     run.refresh_from_db()
     assert run.decision_latency_ms == 12.5
+
+
+def test_a_triggers_holding_run_read_agrees_with_the_selector():
+    """``services.holding_runs`` (hand-written, prepared) reads what ``selectors.intent_holding_runs`` means."""
+    from ledger import selectors
+    from ledger.models import Run
+
+    wf = make_workflow(stages=["build"])
+    for n, state in enumerate(["fresh", "escalated", "escalated", "failed", "completed"]):
+        run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={"n": n}, intent=f"i-{n}", actor="agent:p")
+        Run.objects.filter(id=run.id).update(state=state, intent="shared")
+    staged, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="shared", actor="agent:p", staged=True)
+    expected = {r.id for r in selectors.intent_holding_runs(workflow=wf, intent="shared")}
+    assert len(expected) == 3 and staged.id not in expected
+    assert {r.id for r in services.holding_runs(workflow=wf, intent="shared")} == expected
+    assert {r.id for r in services.holding_runs(workflow=wf, intent="shared", lock=True)} == expected
