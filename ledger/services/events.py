@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from django.db import transaction
 from django.utils import timezone
 
 from knowledge import services as knowledge_services
@@ -322,7 +321,7 @@ STRING_LIMITS = {"reason_code": 100, "client_event_id": 200, "idempotency_key": 
 
 def _validate_event_body(run: Run, body: dict) -> tuple[str, str]:
     kind, stage = body.get("kind"), body.get("stage") or ""
-    if not isinstance(kind, str) or kind not in EventKind.values:
+    if not isinstance(kind, str) or kind not in _EVENT_KINDS:
         raise Invalid("unknown_kind", f"Unknown event kind {kind!r}.")
     if kind not in AGENT_KINDS and kind != "compensated":
         raise Invalid("kind_reserved", f"Kind {kind!r} is written by Stateboard itself, not posted.")
@@ -345,7 +344,7 @@ def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
     then the transition. An event from the holder after its lease ran out is refused with 409
     ``lease_expired`` *after* the run's move to ``failed`` has committed — the one write a refused
     request makes."""
-    with transaction.atomic():
+    with sql.write_transaction():
         result = _event_append(run_id=run_id, body=body, actor=actor)
     if isinstance(result, Conflict):
         raise result
@@ -384,6 +383,9 @@ def _lease_check(run: Run, body: dict, actor: str, now, *, pending: bool = False
     return None
 
 
+_EVENT_KINDS = frozenset(EventKind.values)
+
+
 def _client_event_id_check(client_event_id) -> None:
     if client_event_id is not None and (not isinstance(client_event_id, str) or not client_event_id
                                         or len(client_event_id) > 200):
@@ -405,7 +407,7 @@ def _event_append(*, run_id, body: dict, actor: str):
     event = _event_apply(writer, body, body_digest=body_digest)
     if isinstance(event, Conflict):
         return event
-    writer.flush()
+    writer.flush(commit=not _claim_uris(event))
     _citations_record(writer, [event])
     return event, True
 
@@ -445,10 +447,14 @@ def _event_apply(writer: RunWriter, body: dict, *, body_digest: str) -> LedgerEv
 def _citations_record(writer: RunWriter, events: list[LedgerEvent]) -> None:
     """The ``claim:`` evidence of flushed events, recorded as citations."""
     for event in events:
-        claim_uris = [e["uri"] for e in event.evidence if e.get("uri", "").startswith("claim:")]
+        claim_uris = _claim_uris(event)
         if claim_uris:
             knowledge_services.claim_citations_record(event_id=event.id, run_id=writer.run.id, actor=writer.actor,
                                                       at=writer.now, uris=claim_uris)
+
+
+def _claim_uris(event: LedgerEvent) -> list[str]:
+    return [e["uri"] for e in event.evidence if e.get("uri", "").startswith("claim:")]
 
 
 def _event_effect_key(run: Run, kind: str, stage: str, body: dict) -> str:

@@ -230,10 +230,28 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
                                     inputs=inputs, trigger=trigger, staged=staged)
         if existing is not None:
             return existing, False
-    with transaction.atomic():
-        return _run_trigger_locked(workflow_slug=workflow_slug, inputs=inputs, intent=intent, trigger=trigger,
-                                   trigger_key=trigger_key, env_fingerprint=env_fingerprint, actor=actor,
-                                   staged=staged)
+    try:
+        with sql.write_transaction():
+            return _run_trigger_locked(workflow_slug=workflow_slug, inputs=inputs, intent=intent, trigger=trigger,
+                                       trigger_key=trigger_key, env_fingerprint=env_fingerprint, actor=actor,
+                                       staged=staged)
+    except _InsertRefused as refused:
+        # The intent lock serialises triggers of an intent; these are the database's backstops: the key
+        # taken meanwhile by a trigger of another intent, or another active run of this intent.
+        existing = refused.keyed and _trigger_key_run(refused.workflow_slug, trigger_key=refused.trigger_key,
+                                                      intent=refused.intent, inputs=inputs, trigger=trigger,
+                                                      staged=staged)  # mismatch if another took it
+        if existing:
+            return existing, False
+        raise Conflict("active_run_exists", "Another run of this intent became active; trigger again.")
+
+
+class _InsertRefused(Exception):
+    """The new run's insert hit a unique constraint; its transaction is rolled back before the lookup."""
+
+    def __init__(self, *, workflow_slug: str, intent: str, trigger_key: str, keyed: bool):
+        super().__init__(trigger_key)
+        self.workflow_slug, self.intent, self.trigger_key, self.keyed = workflow_slug, intent, trigger_key, keyed
 
 
 def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigger: str, trigger_key: str | None,
@@ -273,18 +291,12 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
               staged=bool(staged), goal_version=goal_version)
     writer = RunWriter(run, actor, now)
     decision = decision_apply(writer, inp, context, from_state="captured")
+    escalated = decision.outcome == "escalated"
     try:
-        with transaction.atomic():
-            writer.flush(insert=True)
+        writer.flush(insert=True, commit=not escalated)
     except IntegrityError:
-        # The intent lock serialises triggers of an intent; these are the database's backstops: the key
-        # taken meanwhile by a trigger of another intent, or another active run of this intent.
-        existing = keyed and _trigger_key_run(workflow.slug, trigger_key=trigger_key, intent=intent, inputs=inputs,
-                                              trigger=trigger, staged=staged)  # mismatch if another took it
-        if existing:
-            return existing, False
-        raise Conflict("active_run_exists", "Another run of this intent became active; trigger again.")
-    if decision.outcome == "escalated":
+        raise _InsertRefused(workflow_slug=workflow.slug, intent=intent, trigger_key=trigger_key, keyed=keyed)
+    if escalated:
         escalation_raise(writer.run, now=now)
     return run, True
 

@@ -148,7 +148,9 @@ class RunWriter:
         run.lease_expires_at = self.now + timedelta(seconds=run.workflow.lease_seconds)
         run.queued_at = run.queued_until = None
 
-    def flush(self, *, insert: bool = False) -> None:
+    def flush(self, *, insert: bool = False, commit: bool = False) -> None:
+        """Write the collected events and row changes. ``commit``: nothing else is written in this
+        transaction, so the write may carry the COMMIT (``sql.write_transaction``)."""
         self.run.updated_at = self.now
         changed = [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
         if not sql.available():  # the embedded SQLite demo: the plain ORM
@@ -159,9 +161,10 @@ class RunWriter:
             if changed and not insert:
                 self.run.save(update_fields=changed)
         elif insert:  # the new run, its first events and checkpoints: one statement
-            sql.rows_insert_all([(Run, [self.run]), (LedgerEvent, self.events), (Checkpoint, self.rows)])
+            sql.rows_insert_all([(Run, [self.run]), (LedgerEvent, self.events), (Checkpoint, self.rows)],
+                                commit=commit)
         else:
-            sql.events_and_run_write(self.events, self.run, changed, checkpoints=self.rows)
+            sql.events_and_run_write(self.events, self.run, changed, checkpoints=self.rows, commit=commit)
         self.rows = []
         self.events, self.before = [], {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
 

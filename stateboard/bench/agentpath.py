@@ -114,9 +114,11 @@ def measure_intent_triggers(clients: int, duration: float, *, workflow_lock: boo
     def step(ctx):
         intent = f"{tag}-{ctx['i'] + clients * (ctx['k'] % per_client)}"
         ctx["k"] += 1
+        if not workflow_lock:  # as an agent's trigger runs
+            services.run_trigger(workflow_slug=INTENTS_WORKFLOW, inputs={"n": 1}, intent=intent, actor=ctx["actor"])
+            return
         with transaction.atomic():
-            if workflow_lock:
-                Workflow.objects.select_for_update().get(slug=INTENTS_WORKFLOW)
+            Workflow.objects.select_for_update().get(slug=INTENTS_WORKFLOW)
             services.run_trigger(workflow_slug=INTENTS_WORKFLOW, inputs={"n": 1}, intent=intent, actor=ctx["actor"])
 
     return run_clients(clients, prepare, step, duration)
