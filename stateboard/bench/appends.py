@@ -259,14 +259,17 @@ class _Http:
             self.conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
         return self.conn
 
-    def post(self, path: str, body, expect=(201,)):
+    def get(self, path: str, expect=(200,)):
+        return self.post(path, None, expect=expect, method="GET")
+
+    def post(self, path: str, body, expect=(201,), method: str = "POST"):
         import http.client
 
-        payload = json.dumps(body).encode()
+        payload = None if body is None else json.dumps(body).encode()
         for attempt in (1, 2):
             conn = self._connection()
             try:
-                conn.request("POST", path, body=payload, headers=self.headers)
+                conn.request(method, path, body=payload, headers=self.headers)
                 response = conn.getresponse()
                 text = response.read()
                 break
@@ -277,7 +280,7 @@ class _Http:
                 expect = (*expect, 200)  # the same client_event_id / trigger key answers 200 the second time
         self.used = time.monotonic()
         if response.status not in expect:
-            raise BenchError(f"POST {path} answered {response.status}: {text[:500]!r}")
+            raise BenchError(f"{method} {path} answered {response.status}: {text[:500]!r}")
         return json.loads(text)
 
     def trigger(self, name: str) -> str:
@@ -328,3 +331,10 @@ def measure_http_plain(base: str, token: str, clients: int, duration: float) -> 
     return run_clients(clients, prepare, step, duration, cleanup)
 
 
+def measure_http_floor(base: str, token: str, clients: int, duration: float) -> Measure:
+    """``GET /healthz`` (a plain Django view: one ``SELECT 1``, one Redis PING) through the same server and
+    clients: what any request costs on this web tier before the ledger does anything."""
+    def prepare(i):
+        return _Http(base, token)
+
+    return run_clients(clients, prepare, lambda http: http.get("/healthz"), duration, lambda http: http.close())

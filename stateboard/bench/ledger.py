@@ -34,8 +34,9 @@ from stateboard.bench.common import (BenchError, Out, Report, Row, loadavg, meas
                                      raw_table, scratch_database, verdict)
 from stateboard.bench.loader import LedgerHistory
 
-TARGET_APPEND_MIN = 0.10
-TARGET_APPEND_AIM = 0.35
+TARGET_APPEND_MIN = 0.35  # a plain append through the service layer, against raw INSERT + COMMIT
+TARGET_APPEND_AIM = 0.50
+TARGET_INTENTS = 3.0  # new triggers of 16 intents: the intent lock against the former workflow lock
 TARGET_CHECKPOINT_MIN = 0.20
 TARGET_DECISION_P95_MS = 5.0
 TARGET_DECISION_GROWTH = 1.5
@@ -125,10 +126,12 @@ def _throughput(report: Report, say: Out, *, reps: int, duration: float, clients
                                            ("plainN", "append, service layer, plain (proposed)", "rawN", clients)):
         share = ratio(med[key], med[base_key])
         report.figures[f"{key}_ratio"] = share
+        targeted = key.startswith("plain")  # the stream's stage passes also write checkpoints: shown for scale
         report.add(Row(f"{label}, {nclients} client{'s' if nclients > 1 else ''}", rate(med[key]),
                        f"raw x{nclients} {rate(med[base_key])}", f"{share:.3f}x",
-                       f">= {TARGET_APPEND_MIN:.2f}x (aim {TARGET_APPEND_AIM:.2f}x)",
-                       verdict(share >= TARGET_APPEND_MIN) + (" aim" if share >= TARGET_APPEND_AIM else "")))
+                       f">= {TARGET_APPEND_MIN:.2f}x (aim {TARGET_APPEND_AIM:.2f}x)" if targeted else "(info)",
+                       verdict(share >= TARGET_APPEND_MIN) + (" aim" if share >= TARGET_APPEND_AIM else "")
+                       if targeted else ""))
     share = ratio(med["batchN"], med["plainN"])
     report.figures["batchN_ratio"] = share
     report.add(Row(f"append batch of {agentpath.BATCH_SIZE}, service layer, {clients} clients",
@@ -153,7 +156,7 @@ def _http(report: Report, say: Out, *, db_name: str, reps: int, duration: float,
     say(f"== the HTTP API (gunicorn as `up` starts it, {clients} client processes, each on one keep-alive "
         "http.client connection to 127.0.0.1) ==")
     _, token = agent_create(name=f"bench-http-{uuid.uuid4().hex[:6]}")
-    keys = ("rawN", "httpN", "hplainN", "hbatchN", "hplain_nopoolN")
+    keys = ("rawN", "httpN", "hplainN", "hbatchN", "hfloorN", "hplain_nopoolN")
     series = {k: [] for k in keys}
     guess = 100.0
     with appends.gunicorn_server(db_name, say, DB_POOL="1") as base:
@@ -161,13 +164,14 @@ def _http(report: Report, say: Out, *, db_name: str, reps: int, duration: float,
             m = {"rawN": measure_raw(clients, duration),
                  "httpN": appends.measure_http_stream(base, token, clients, duration, guess),
                  "hplainN": appends.measure_http_plain(base, token, clients, duration),
-                 "hbatchN": agentpath.measure_http_batch(base, token, clients, duration)}
+                 "hbatchN": agentpath.measure_http_batch(base, token, clients, duration),
+                 "hfloorN": appends.measure_http_floor(base, token, clients, duration)}
             guess = m["httpN"].rate / clients
             for key, value in m.items():
                 series[key].append(value.rate)
             say(f"  rep {rep}: raw {m['rawN'].rate:,.0f}/s x{clients} | HTTP stream {m['httpN'].rate:,.0f}/s | "
                 f"HTTP plain {m['hplainN'].rate:,.0f}/s | HTTP batch of {agentpath.BATCH_SIZE} "
-                f"{m['hbatchN'].rate:,.0f} events/s")
+                f"{m['hbatchN'].rate:,.0f} events/s | GET /healthz {m['hfloorN'].rate:,.0f}/s")
         latency = agentpath.measure_http_latency(base, token, LATENCY_SAMPLES)
         duplicate = agentpath.measure_duplicate_trigger(base, token, LATENCY_SAMPLES)
         say(f"  1 client, {LATENCY_SAMPLES} plain appends: p50 {latency['p50']:.2f} ms, p95 {latency['p95']:.2f} ms; "
@@ -184,6 +188,10 @@ def _http(report: Report, say: Out, *, db_name: str, reps: int, duration: float,
         report.figures[f"{key}_ratio"] = share
         report.add(Row(f"{label}, {clients} clients", rate(med[key]), f"raw x{clients} {rate(med['rawN'])}",
                        f"{share:.3f}x", f">= {TARGET_HTTP_APPEND:.2f}x", verdict(share >= TARGET_HTTP_APPEND)))
+    share = ratio(med["hfloorN"], med["rawN"])
+    report.figures["hfloorN_ratio"] = share
+    report.add(Row(f"web tier floor: GET /healthz (SELECT 1 + Redis PING), {clients} clients", rate(med["hfloorN"]),
+                   f"raw x{clients} {rate(med['rawN'])}", f"{share:.3f}x", "(info)", ""))
     share = ratio(med["hbatchN"], med["hplainN"])
     report.figures["hbatchN_ratio"] = share
     report.add(Row(f"append batch of {agentpath.BATCH_SIZE}, HTTP API, {clients} clients",
@@ -214,7 +222,8 @@ def _triggers(report: Report, say: Out, *, reps: int, duration: float, clients: 
     report.figures.update(triggers_intent_per_s=med["intent"], triggers_workflow_per_s=med["workflow"],
                           triggers_ratio=share)
     report.add(Row(f"new triggers, {agentpath.INTENTS} intents of one workflow, {clients} clients",
-                   rate(med["intent"]), f"workflow lock {rate(med['workflow'])}", f"{share:.2f}x", "(info)", ""))
+                   rate(med["intent"]), f"workflow lock {rate(med['workflow'])}", f"{share:.2f}x",
+                   f">= {TARGET_INTENTS:g}x", verdict(share >= TARGET_INTENTS)))
 
 
 def _statements(report: Report, say: Out) -> None:

@@ -27,6 +27,8 @@ def test_bench_ledger_prints_positive_figures(bench_command):
         "append, service layer, plain (proposed), 1 client", "append, service layer, plain (proposed), 4 clients",
         "checkpoint save + load latest, 1 client", "append, HTTP API, stream, 4 clients",
         "append, HTTP API, plain (proposed), 4 clients",
+        "web tier floor: GET /healthz (SELECT 1 + Redis PING), 4 clients",
+        "new triggers, 16 intents of one workflow, 4 clients",
     ]
     for figure in expected:
         value, baseline, ratio = rows[figure][:3]
