@@ -180,6 +180,10 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Ap
     elif approve and run.state == "awaiting_approval":
         # The human has decided: the agent's lease runs again, so a dead agent is still noticed.
         run.lease_expires_at = now + timedelta(seconds=run.workflow.lease_seconds)
+    elif approve and approval.kind == Approval.Kind.COMPENSATION and run.state == "compensate" and not run.lease_owner:
+        # API.md: the approved compensation is queued for an agent unless its agent still holds the lease;
+        # the lease holder posts ``compensated``.
+        writer.queue()
     if not approve:
         if approval.kind == Approval.Kind.HIGH_IMPACT and run.state == "awaiting_approval":
             writer.transition("abandoned", "approval_rejected", cause="rejected", reason=reason)

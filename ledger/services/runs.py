@@ -317,7 +317,21 @@ def runs_expire_leases(*, now: datetime | None = None) -> int:
                 lease_fail(writer)
                 writer.flush()
                 expired += 1
+    _compensations_requeue(now)
     return expired
+
+
+def _compensations_requeue(now: datetime) -> None:
+    """An approved compensation no agent leased in time is offered again: a run in ``compensate`` has no
+    lease expiry (SPEC §9.1), and the undo it waits for was approved, so it stays on the queue."""
+    lapsed = Run.objects.filter(state="compensate", queued_until__lte=now).values_list("id", flat=True)[:1000]
+    for run_id in lapsed:
+        with transaction.atomic():
+            run = run_lock(run_id)
+            if run.state == "compensate" and run.queued_until is not None and run.queued_until <= now:
+                writer = RunWriter(run, "system", now)
+                writer.queue()
+                writer.flush()
 
 
 

@@ -147,6 +147,8 @@ class World:
         if run.state == "compensate":
             approval = Approval.objects.get(run=run, kind="compensation", status="pending")
             services.approval_decide(approval_id=approval.id, user=self.editor, approve=True)
+            leased = services.run_lease(actor="agent:a", workflows=[self.workflow.slug])  # queued once approved
+            assert leased is not None and leased.id == run.id
             services.event_append(run_id=run.id, body={"stage": run.current_stage, "kind": "compensated",
                                                        "action": approval.action, "evidence": EVIDENCE},
                                   actor="agent:a")

@@ -239,6 +239,12 @@ def test_escalated_run_compensate_ends_compensated():
     assert second["id"] != first["id"] and second["status"] == "pending"
     assert Approval.objects.get(run_id=run_id, kind="escalation").status == "approved"
     assert team.editor_client.post(f"/api/v1/approvals/{second['id']}/approve/", {}, format="json").status_code == 200
+    # Nobody held the escalated run: the approved compensation is queued for an agent (API.md), which
+    # leases it and posts `compensated` as its lease holder.
+    assert Run.objects.get(id=run_id).queued_until is not None
+    assert team.compensated_event(run_id, expect=409, action=second["action"],
+                                  evidence=EVIDENCE)["code"] == "not_leased"
+    assert team.agent.lease()["id"] == run_id
     team.compensated_event(run_id, action=second["action"], evidence=EVIDENCE)
     assert Run.objects.get(id=run_id).state == "compensated"
     assert set(Effect.objects.filter(run_id=run_id).values_list("status", flat=True)) == {"compensated"}
@@ -268,3 +274,29 @@ def test_compensate_refused_on_a_healthy_run():
     response = team.act(run["id"], "compensate")
     assert response.status_code == 409 and response.json()["code"] == "illegal_transition"
     assert _events(run["id"]).count() == before and not Approval.objects.exists()
+
+
+def test_an_approved_compensation_no_agent_leased_in_time_stays_on_the_queue():
+    """A run in `compensate` has no lease expiry: the lease sweep offers a lapsed compensation again
+    instead of failing the run, and an agent that leases it later still performs it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from ledger import services
+
+    team = OnCall()
+    run_id = team.in_compensate()
+    first = team.act(run_id, "compensate").json()["approval"]
+    team.editor_client.post(f"/api/v1/approvals/{first['id']}/reject/", {"reason": "wrong target"}, format="json")
+    assert Run.objects.get(id=run_id).state == "escalated"  # nobody holds it now
+    approval = team.act(run_id, "compensate", reason="again").json()["approval"]
+    assert team.editor_client.post(f"/api/v1/approvals/{approval['id']}/approve/", {}, format="json").status_code == 200
+    Run.objects.filter(id=run_id).update(queued_until=timezone.now() - timedelta(seconds=1))
+    assert team.agent.lease(expect=204) is None  # lapsed: no longer offered
+    services.runs_expire_leases()
+    run = Run.objects.get(id=run_id)
+    assert run.state == "compensate" and run.queued_until > timezone.now()
+    assert team.agent.lease()["id"] == run_id
+    team.compensated_event(run_id, action=approval["action"], evidence=EVIDENCE)
+    assert Run.objects.get(id=run_id).state == "compensated"

@@ -90,6 +90,7 @@ def test_rollback_with_compensation_waits_for_the_undo_then_resumes():
     assert {e.stage for e in isolated} == {"commit", "deploy"}
     assert set(approval.action["target"].split(",")) == {e.reference for e in isolated}
     assert team.editor.post(f"/api/v1/approvals/{approval.id}/approve/", {}, format="json").status_code == 200
+    team.leased_again(run["id"])  # API.md: the approved compensation is queued for an agent
     team.agent.event(run["id"], "commit", "compensated", action=approval.action, evidence=EVIDENCE)
     after = team.agent.run(run["id"])
     assert after["state"] == "resume" and after["decision"]["reason_code"] == "rolled_back"
