@@ -83,8 +83,9 @@ def _prepared(raw, query: str, params) -> tuple[str, list]:
         if len(prepared) >= PREPARED_PER_CONNECTION:
             return query, params
         count = iter(range(1, 10_000))
+        body = re.sub(r"%[s%]", lambda m: f"${next(count)}" if m.group() == "%s" else "%", query)  # %% is a %
         with raw.cursor() as plain, _no_begin_of_psycopgs(raw):  # a one-time statement, not in Django's log
-            plain.execute(f"PREPARE {name} AS " + re.sub(r"%s", lambda _: f"${next(count)}", query))
+            plain.execute(f"PREPARE {name} AS {body}")
         prepared.add(name)
     return f"EXECUTE {name}" + (f"({', '.join(['%s'] * len(params))})" if params else ""), params
 
@@ -119,10 +120,10 @@ def _no_begin_of_psycopgs(raw):
 
 
 def _commit_foldable(db) -> bool:
-    """Whether the statement about to run may commit the transaction: it is the outermost atomic block
-    that ``write_transaction`` opened, nothing is nested inside it and nothing marked it for rollback."""
-    own = _own_transaction.get()
-    return own is not None and len(db.atomic_blocks) == 1 and db.atomic_blocks[0] is own and not db.needs_rollback
+    """Whether the statement about to run may commit the transaction: the only open atomic block is the
+    one ``write_transaction`` opened (so it is the outermost, with nothing nested in it) and nothing
+    marked it for rollback."""
+    return db.atomic_blocks == [_own_transaction.get()] and not db.needs_rollback
 
 
 _own_transaction: contextvars.ContextVar = contextvars.ContextVar("stateboard_own_transaction", default=None)
@@ -131,11 +132,10 @@ _own_transaction: contextvars.ContextVar = contextvars.ContextVar("stateboard_ow
 @contextlib.contextmanager
 def write_transaction():
     """``transaction.atomic()`` for one ledger write whose last statement may carry the COMMIT
-    (``commit=True`` on that statement): an outermost block only; nested in another, a plain atomic."""
+    (``commit=True`` on that statement); nested in another block it is a plain atomic."""
     block = transaction.atomic()
-    outermost = not connection.in_atomic_block
     with block:
-        token = _own_transaction.set(block if outermost else None)
+        token = _own_transaction.set(block)
         try:
             yield
         finally:

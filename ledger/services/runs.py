@@ -303,36 +303,28 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
 
 def runs_expire_leases(*, now: datetime | None = None) -> int:
     """Sweep: move runs whose agent went silent past the lease, and queued runs no agent leased in
-    time (``not_leased``), to ``failed``. Safe to run twice."""
+    time (``not_leased``), to ``failed``; returns how many. A run in ``compensate`` has no lease
+    expiry (SPEC §9.1): an approved compensation no agent leased in time is queued again, since the
+    undo is still owed. Safe to run twice."""
     now = now or timezone.now()
     expired = 0
-    candidates = (Run.objects.filter(state__in=LEASED_STATES)
-                  .filter(Q(lease_expires_at__lte=now) | Q(queued_until__lte=now))
+    queue_lapsed = Q(queued_until__lte=now)
+    candidates = (Run.objects.filter(Q(state__in=LEASED_STATES) & (Q(lease_expires_at__lte=now) | queue_lapsed)
+                                     | Q(state="compensate") & queue_lapsed)
                   .values_list("id", flat=True)[:1000])
     for run_id in candidates:
         with transaction.atomic():
             run = run_lock(run_id)
+            writer = RunWriter(run, "system", now)
             if lease_expired(run, now):
-                writer = RunWriter(run, "system", now)
                 lease_fail(writer)
-                writer.flush()
                 expired += 1
-    _compensations_requeue(now)
-    return expired
-
-
-def _compensations_requeue(now: datetime) -> None:
-    """An approved compensation no agent leased in time is offered again: a run in ``compensate`` has no
-    lease expiry (SPEC §9.1), and the undo it waits for was approved, so it stays on the queue."""
-    lapsed = Run.objects.filter(state="compensate", queued_until__lte=now).values_list("id", flat=True)[:1000]
-    for run_id in lapsed:
-        with transaction.atomic():
-            run = run_lock(run_id)
-            if run.state == "compensate" and run.queued_until is not None and run.queued_until <= now:
-                writer = RunWriter(run, "system", now)
+            elif run.state == "compensate" and run.queued_until is not None and run.queued_until <= now:
                 writer.queue()
-                writer.flush()
-
+            else:
+                continue  # taken or renewed meanwhile
+            writer.flush()
+    return expired
 
 
 def schedule_tick(*, workflow_slug: str, slot: str) -> Run | None:

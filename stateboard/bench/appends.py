@@ -260,9 +260,12 @@ class _Http:
         return self.conn
 
     def get(self, path: str, expect=(200,)):
-        return self.post(path, None, expect=expect, method="GET")
+        return self._request("GET", path, None, expect)
 
-    def post(self, path: str, body, expect=(201,), method: str = "POST"):
+    def post(self, path: str, body, expect=(201,)):
+        return self._request("POST", path, body, expect)
+
+    def _request(self, method: str, path: str, body, expect):
         import http.client
 
         payload = None if body is None else json.dumps(body).encode()

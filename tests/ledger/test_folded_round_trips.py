@@ -64,7 +64,8 @@ def test_a_plain_append_sends_no_begin_or_commit_of_its_own_and_is_committed_whe
     assert created and [e.seq for e in events] == [event.seq + 1, event.seq + 2]
     assert sent == []
     assert _event_count_seen_elsewhere(run.id) == event.seq + 2
-    assert connection.connection.autocommit and connection.connection.info.transaction_status == 0  # IDLE
+    assert connection.connection.autocommit
+    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert services.chain_verify(run=Run.objects.get(id=run.id))["ok"]
 
 

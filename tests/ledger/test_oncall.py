@@ -1,7 +1,11 @@
 """On-call decisions on escalated runs: retry, abandon (with a reason), compensate (approved, verified)."""
 
-import pytest
+from datetime import timedelta
 
+import pytest
+from django.utils import timezone
+
+from ledger import services
 from ledger.identities import operator_create
 from ledger.models import Approval, AuditEntry, Effect, LedgerEvent, Run
 from tests.factories import client_for, make_agent, make_operator, make_workflow
@@ -279,12 +283,6 @@ def test_compensate_refused_on_a_healthy_run():
 def test_an_approved_compensation_no_agent_leased_in_time_stays_on_the_queue():
     """A run in `compensate` has no lease expiry: the lease sweep offers a lapsed compensation again
     instead of failing the run, and an agent that leases it later still performs it."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from ledger import services
-
     team = OnCall()
     run_id = team.in_compensate()
     first = team.act(run_id, "compensate").json()["approval"]

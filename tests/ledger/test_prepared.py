@@ -76,3 +76,13 @@ def test_a_triggers_holding_run_read_agrees_with_the_selector():
     assert len(expected) == 3 and staged.id not in expected
     assert {r.id for r in services.holding_runs(workflow=wf, intent="shared")} == expected
     assert {r.id for r in services.holding_runs(workflow=wf, intent="shared", lock=True)} == expected
+
+
+def test_a_literal_percent_means_the_same_prepared_or_not(settings):
+    """``%%`` is a literal ``%`` in a statement with parameters; the PREPAREd text must say ``%`` too."""
+    query = f"SELECT %s::text || '%%' /* {uuid.uuid4().hex} */"
+    settings.DB_PREPARED_STATEMENTS = False
+    assert _run(query, ["5"]) == ("5%",)
+    settings.DB_PREPARED_STATEMENTS = True
+    assert _run(query, ["6"]) == ("6%",)
+    assert sql._prepared_name(query) in _prepared()
