@@ -23,8 +23,9 @@ ROLLBACK_STATES = (S.COMPLETED, S.FAILED, S.ESCALATED, S.ABANDONED, S.COMPENSATE
 # States between stages that a goal change moves back to `restore` (SPEC §10.1).
 GOAL_CHANGE_STATES = (S.FRESH, S.RESUME, S.CHECKPOINTED, S.AWAITING_APPROVAL)
 
-# States the executor holds a run in (between the agent's proposal and the stage's verification).
-EXECUTOR_STATES = (S.FRESH, S.RESUME, S.CHECKPOINTED, S.AWAITING_APPROVAL, S.EXECUTE, S.VERIFY)
+# States the executor holds a run in: between the agent's proposal and the stage's verification, and
+# while it performs an approved compensation on its stage.
+EXECUTOR_STATES = (S.FRESH, S.RESUME, S.CHECKPOINTED, S.AWAITING_APPROVAL, S.EXECUTE, S.VERIFY, S.COMPENSATE)
 
 TRANSITIONS: frozenset[tuple[str, str, str]] = frozenset({
     # trigger and decision

@@ -180,10 +180,15 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Ap
     elif approve and run.state == "awaiting_approval":
         # The human has decided: the agent's lease runs again, so a dead agent is still noticed.
         run.lease_expires_at = now + timedelta(seconds=run.workflow.lease_seconds)
-    elif approve and approval.kind == Approval.Kind.COMPENSATION and run.state == "compensate" and not run.lease_owner:
-        # API.md: the approved compensation is queued for an agent unless its agent still holds the lease;
-        # the lease holder posts ``compensated``.
-        writer.queue()
+    elif approve and approval.kind == Approval.Kind.COMPENSATION and run.state == "compensate":
+        # API.md: on a stage with an executor the executor performs the approved compensation; otherwise
+        # the run is queued for an agent unless its agent still holds the lease (the holder posts ``compensated``).
+        if approval.stage in (run.workflow.executors or {}) and run.lease_owner != EXECUTOR:
+            writer.executor_hold(stage=approval.stage, action=approval.action, compensation=str(approval.id))
+            outbox_put(task=EXECUTOR_TASK, args=[str(run.id), approval.stage],
+                       dedupe_key=f"executor:{run.id}:{approval.stage}:compensation:{approval.id}")
+        elif not run.lease_owner:
+            writer.queue()
     if not approve:
         if approval.kind == Approval.Kind.HIGH_IMPACT and run.state == "awaiting_approval":
             writer.transition("abandoned", "approval_rejected", cause="rejected", reason=reason)

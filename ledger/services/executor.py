@@ -6,6 +6,13 @@ attempt has a deadline (the handler's timeout); a task that finds an attempt in 
 deadline leaves it alone, one past it verifies and never executes again unless verification proved
 the effect absent. The bookkeeping lives in ``run.executor_state``: {stage, action, agent, lease_id,
 attempts, since, current: {n, phase, deadline, done}}.
+
+An approved compensation on an executor stage (API.md) is performed the same way, with the approved
+plan as the action and ``compensation:<approval id>`` as the key: each attempt is committed to
+``executor_state`` before the handler is called, an undo whose outcome was not observed is verified
+(never repeated unless verification proved it absent), and once verified the executor posts
+``compensated`` with the plan and the evidence. The state also holds {compensation, reference,
+undo_absent}.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ class _Pass:
     key: str
     reference: str
     context: dict
+    compensation: bool = False
 
 
 def _save_state(run: Run, state: dict) -> None:
@@ -72,6 +80,10 @@ def _effect_key(run: Run, stage: str) -> str:
     return (run.stage_states.get(stage) or {}).get("effect_key", "")
 
 
+def _compensation_key(state: dict) -> str:
+    return f"compensation:{state['compensation']}"
+
+
 def _begin(run_id, stage: str, now: datetime) -> _Pass | str:
     """Decide this task's pass and commit its claim; a string says why there is nothing to do."""
     with transaction.atomic():
@@ -89,7 +101,7 @@ def _begin(run_id, stage: str, now: datetime) -> _Pass | str:
                 return "attempt_in_flight"
             if run.state == "execute":  # the attempt's worker died: its outcome was never observed
                 event_append(run_id=run.id, actor=EXECUTOR, body={
-                    "client_event_id": f"executor:{stage}:{current['n']}:lost", "stage": stage, "kind": "unknown",
+                    "client_event_id": _event_id(state, stage, current["n"], "lost"), "stage": stage, "kind": "unknown",
                     "reason_code": "attempt_deadline_passed", "data": {"attempt": current["n"]}})
                 run = run_lock(run.id)
         if state.get("attempts", 0) >= run.workflow.max_retries:
@@ -98,6 +110,9 @@ def _begin(run_id, stage: str, now: datetime) -> _Pass | str:
         deadline = now + timedelta(seconds=handler.timeout_seconds)
         if run.state in ("verify", "verify_only") and run.current_stage == stage:
             phase = "verify"
+        elif run.state == "compensate" and state.get("compensation"):
+            # an undo whose outcome was not observed is verified; executed again only once proved absent
+            phase = "execute" if not current or state.pop("undo_absent", False) else "verify"
         elif run.state in ("fresh", "resume", "checkpointed", "awaiting_approval"):
             phase = "execute"
             if stage in run.workflow.approval_stages and run.state != "awaiting_approval":
@@ -109,7 +124,7 @@ def _begin(run_id, stage: str, now: datetime) -> _Pass | str:
                     writer.flush()
                     return "approval_requested"
             event_append(run_id=run.id, actor=EXECUTOR, body={
-                "client_event_id": f"executor:{stage}:{attempt}", "stage": stage, "kind": "started",
+                "client_event_id": _event_id(state, stage, attempt), "stage": stage, "kind": "started",
                 "action": state["action"], "data": {"attempt": attempt, "deadline": deadline.isoformat()}})
             run = run_lock(run.id)
         else:
@@ -117,10 +132,15 @@ def _begin(run_id, stage: str, now: datetime) -> _Pass | str:
         state.update(attempts=attempt, current={"n": attempt, "phase": phase, "deadline": deadline.isoformat(),
                                                  "done": False})
         _save_state(run, state)
-        key = _effect_key(run, stage)
-        reference = Effect.objects.filter(idempotency_key=key).values_list("reference", flat=True).first() or ""
+        compensation = run.state == "compensate"
+        if compensation:
+            key, reference = _compensation_key(state), state.get("reference", "")
+        else:
+            key = _effect_key(run, stage)
+            reference = Effect.objects.filter(idempotency_key=key).values_list("reference", flat=True).first() or ""
     return _Pass(phase, attempt, handler, name, state["action"], key, reference,
-                 {"run": str(run.id), "workflow": run.workflow.slug, "intent": run.intent, "stage": stage})
+                 {"run": str(run.id), "workflow": run.workflow.slug, "intent": run.intent, "stage": stage},
+                 compensation)
 
 
 def _evidence(p: _Pass, stage: str, outcome: Outcome) -> list[dict]:
@@ -142,9 +162,16 @@ def _current(run_id, stage, attempt) -> tuple[Run, dict] | None:
     return run, state
 
 
-def _post(run: Run, stage: str, attempt: int, kind: str, suffix: str, **fields) -> Run:
+def _event_id(state: dict, stage: str, attempt: int, suffix: str = "") -> str:
+    """The client_event_id of an executor event: unique per hand-over (a run rolled back may hand the same
+    stage to the executor again), attempt and step, so a repeated task's event is recognised as its own."""
+    hold = state.get("compensation") or state.get("proposal_seq", "")
+    return f"executor:{stage}:{hold}:{attempt}" + (f":{suffix}" if suffix else "")
+
+
+def _post(run: Run, state: dict, stage: str, attempt: int, kind: str, suffix: str, **fields) -> Run:
     event_append(run_id=run.id, actor=EXECUTOR, body={
-        "client_event_id": f"executor:{stage}:{attempt}:{suffix}", "stage": stage, "kind": kind,
+        "client_event_id": _event_id(state, stage, attempt, suffix), "stage": stage, "kind": kind,
         "data": {"attempt": attempt, **fields.pop("data", {})}, **fields})
     return run_lock(run.id)
 
@@ -158,16 +185,21 @@ def _record_execute(run_id, stage: str, p: _Pass, outcome: Outcome) -> bool:
             return False
         run, state = found
         data = {"detail": outcome.detail}
-        if outcome.status == "succeeded":
-            run = _post(run, stage, p.attempt, "succeeded", "outcome", data=data,
+        if p.compensation:  # the ledger records the undo once verified (``compensated``)
+            if outcome.status == "failed":
+                _escalate(run, "compensation_failed", now, attempt=p.attempt, detail=outcome.detail[:200])
+                return False
+            state["reference"] = outcome.reference or state.get("reference", "")
+        elif outcome.status == "succeeded":
+            run = _post(run, state, stage, p.attempt, "succeeded", "outcome", data=data,
                         effect={"system": p.action["system"][:200], "operation": p.action["operation"][:200],
                                 "reference": outcome.reference[:1000]}, evidence=_evidence(p, stage, outcome))
         elif outcome.status == "failed":
-            _post(run, stage, p.attempt, "failed", "outcome", reason_code="executor_failed", data=data,
+            _post(run, state, stage, p.attempt, "failed", "outcome", reason_code="executor_failed", data=data,
                   evidence=_evidence(p, stage, outcome))
             return False  # the run failed (the effect definitely did not happen); the writer cleared the hold
         else:
-            run = _post(run, stage, p.attempt, "unknown", "outcome", reason_code="effect_unknown", data=data)
+            run = _post(run, state, stage, p.attempt, "unknown", "outcome", reason_code="effect_unknown", data=data)
         deadline = timezone.now() + timedelta(seconds=p.handler.timeout_seconds)
         state.update(since=now.isoformat(), current={**state["current"], "phase": "verify",
                                                       "deadline": deadline.isoformat()})
@@ -184,14 +216,21 @@ def _record_verify(run_id, stage: str, p: _Pass, outcome: Outcome) -> str:
             return "stale"
         run, state = found
         state.update(since=now.isoformat(), current={**state["current"], "done": True})
-        if outcome.status == "verified":
-            run = _post(run, stage, p.attempt, "verified", "verified", evidence=_evidence(p, stage, outcome),
+        if p.compensation and outcome.status == "verified":
+            run = _post(run, state, stage, p.attempt, "compensated", "compensated", action=p.action,
+                        evidence=_evidence(p, stage, outcome))
+            Run.objects.filter(id=run.id).exclude(executor_state={}).update(executor_state={})
+            return "compensated"
+        if p.compensation and outcome.status == "absent":
+            state["undo_absent"] = True
+        elif outcome.status == "verified":
+            run = _post(run, state, stage, p.attempt, "verified", "verified", evidence=_evidence(p, stage, outcome),
                         effect={"system": p.action["system"][:200], "operation": p.action["operation"][:200],
                                 "reference": (outcome.reference or p.reference)[:1000]})
             _release(run, state, now)
             return "verified"
-        if outcome.status == "absent":
-            run = _post(run, stage, p.attempt, "failed", "absent", reason_code="effect_absent",
+        elif outcome.status == "absent":
+            run = _post(run, state, stage, p.attempt, "failed", "absent", reason_code="effect_absent",
                         evidence=_evidence(p, stage, outcome))
         _save_state(run, state)
         if state["attempts"] >= run.workflow.max_retries:

@@ -6,8 +6,7 @@ from django.contrib.auth import get_user_model
 
 from ledger.services.approvals import action_validate, high_impact_open
 from ledger.services.outbox import EXECUTOR_TASK, outbox_put
-from ledger.services.writer import EXECUTOR, RunWriter
-from stateboard.canonical import digest
+from ledger.services.writer import RunWriter
 
 
 def executor_handoff(writer: RunWriter, *, stage: str, action, proposal_seq: int) -> None:
@@ -15,12 +14,7 @@ def executor_handoff(writer: RunWriter, *, stage: str, action, proposal_seq: int
     enqueue the executor once this transaction commits. The agent's lease does not run out meanwhile."""
     run = writer.run
     action = action_validate(action, params=True)
-    run.executor_state = {
-        "stage": stage, "action": action, "action_digest": digest(action), "agent": run.lease_owner or writer.actor,
-        "lease_id": str(run.lease_id) if run.lease_id else None, "attempts": 0, "proposal_seq": proposal_seq,
-        "since": writer.now.isoformat(),
-    }
-    run.lease_owner, run.lease_expires_at = EXECUTOR, None
+    writer.executor_hold(stage=stage, action=action, proposal_seq=proposal_seq)
     if stage in run.workflow.approval_stages:
         high_impact_open(writer, stage=stage, action=action, cause="proposed", requested_by=writer.actor,
                          user=_agent_user(writer.actor))

@@ -127,6 +127,19 @@ class RunWriter:
         run.lease_owner, run.lease_id, run.lease_expires_at = "", None, None
         run.queued_at, run.queued_until = self.now, self.now + timedelta(seconds=run.workflow.lease_seconds)
 
+    def executor_hold(self, *, stage: str, action: dict, **extra) -> None:
+        """Hand the run to Stateboard's executor for ``stage`` (SPEC §5.2): it performs ``action``; the
+        agent that held the run (and its lease id) is remembered, and its lease does not run out meanwhile."""
+        run = self.run
+        agent = next((who for who in (run.lease_owner, self.actor) if who.startswith("agent:")), "")
+        run.executor_state = {
+            "stage": stage, "action": action, "action_digest": digest(action), "agent": agent,
+            "lease_id": str(run.lease_id) if run.lease_id else None, "attempts": 0, "since": self.now.isoformat(),
+            **extra,
+        }
+        run.lease_owner, run.lease_expires_at = EXECUTOR, None
+        run.queued_at = run.queued_until = None
+
     def hand_out(self) -> None:
         """A run decided fresh/resume/verify_only: leased at once to the agent that triggered it, else queued."""
         if self.actor.startswith("agent:"):

@@ -144,3 +144,78 @@ def test_executor_stage_under_a_goal_change_finishes_then_the_run_is_queued(monk
     assert moved.state == "fresh" and moved.decision["reason_code"] == "goal_changed" and moved.goal_version == 1
     assert moved.lease_owner == "" and moved.queued_until is not None and moved.executor_state == {}
     assert driver.lease()["id"] == run["id"]
+
+
+def _executed_then_rolled_back(receiver, **config):
+    """A run whose executor stage (deploy) was performed and verified, then rolled back to deploy with
+    compensation: (workflow, driver, run id, the deploy effect, the pending compensation approval)."""
+    wf = make_workflow(stages=["build", "deploy"], effect_stages=["deploy"], approval_stages=[],
+                       executors={"deploy": {"handler": "webhook", "config": {"url": receiver.url, **config}}})
+    driver = AgentDriver(client_for(make_agent()[1]), wf.slug)
+    run_id = driver.trigger()["id"]
+    driver.pass_stage(run_id, "build")
+    driver.event(run_id, "deploy", "proposed", action=ACTION)
+    assert Run.objects.get(id=run_id).state == "completed"
+    effect = Effect.objects.get(run_id=run_id)
+    oncall = client_for(make_operator("oncall")[1])
+    answer = oncall.post(f"/api/v1/runs/{run_id}/rollback/", {"to_stage": "deploy", "reason": "bad rollout",
+                                                               "compensate": True}, format="json")
+    assert answer.status_code == 200 and answer.json()["state"] == "compensate", answer.content
+    return wf, driver, run_id, effect, Approval.objects.get(run_id=run_id, kind="compensation", status="pending")
+
+
+def test_an_approved_compensation_on_an_executor_stage_is_performed_by_the_executor_once():
+    """API.md: on a stage with an executor the executor performs the approved compensation (the agent may
+    not post there): one POST of the approved plan under its own key, verified, then ``compensated`` by
+    system:executor with the plan and evidence; the run is decided again and the stage can be performed
+    anew (a new hand-over, new event ids)."""
+    with Receiver() as receiver:
+        wf, driver, run_id, effect, approval = _executed_then_rolled_back(receiver, timeout_seconds=5)
+        refused = driver.event(run_id, "deploy", "compensated", expect=409, action=approval.action,
+                               evidence=[{"uri": "https://x.test", "observed_at": "2026-12-01T00:00:00+00:00"}])
+        assert refused["code"] == "executor_stage"
+        editor = client_for(make_operator("editor")[1])
+        for _ in range(2):  # approving twice performs it once
+            assert editor.post(f"/api/v1/approvals/{approval.id}/approve/", {}, format="json").status_code == 200
+        key = f"compensation:{approval.id}"
+        assert receiver.posts[key] == 1 and receiver.gets[key] == 1
+        undo = next(body for body in receiver.bodies if body["idempotency_key"] == key)
+        assert undo == {"idempotency_key": key, "run": run_id, "workflow": wf.slug, "intent": wf.slug,
+                        "stage": "deploy", "action": approval.action}
+        assert approval.action["operation"] == "compensate" and effect.reference in approval.action["target"]
+
+        compensated = LedgerEvent.objects.get(run_id=run_id, kind="compensated")
+        assert compensated.actor == "system:executor" and compensated.stage == "deploy"
+        assert compensated.data["approval"] == str(approval.id) and compensated.data["rollback"] is True
+        assert compensated.evidence[0]["uri"] == "executor:webhook/deploy"
+        effect.refresh_from_db()
+        assert effect.status == "compensated"
+        run = Run.objects.get(id=run_id)
+        assert run.state == "resume" and run.executor_state == {} and run.lease_owner == ""
+        assert Approval.objects.get(id=approval.id).consumed_at is not None
+
+        assert driver.lease()["id"] == run_id  # the stage again, under the next generation's key
+        driver.event(run_id, "deploy", "proposed", action=ACTION)
+        new_key = Effect.objects.filter(run_id=run_id).exclude(id=effect.id).get().idempotency_key
+        assert receiver.posts[new_key] == 1 and new_key != effect.idempotency_key
+    assert Run.objects.get(id=run_id).state == "completed"
+    assert driver.client.get(f"/api/v1/runs/{run_id}/verify-chain/").json()["ok"] is True
+
+
+def test_a_compensation_the_receiver_cannot_confirm_is_not_repeated_and_escalates():
+    """The undo is POSTed once; verification never confirms it: verified again, never POSTed again, and
+    after max_retries the run is escalated (executor_unverifiable) with nothing marked compensated."""
+    with Receiver() as receiver:
+        wf, _, run_id, effect, approval = _executed_then_rolled_back(receiver, timeout_seconds=0.5)
+        receiver.mode = "hang"
+        editor = client_for(make_operator("editor")[1])
+        assert editor.post(f"/api/v1/approvals/{approval.id}/approve/", {}, format="json").status_code == 200
+        key = f"compensation:{approval.id}"
+        assert receiver.posts[key] == 1 and receiver.gets[key] == wf.max_retries == 3
+    run = Run.objects.get(id=run_id)
+    assert run.state == "escalated" and run.lease_owner == "" and run.executor_state == {}
+    last = LedgerEvent.objects.filter(run_id=run_id, kind="transition").order_by("-seq").first()
+    assert last.reason_code == "executor_unverifiable" and last.data["from"] == "compensate"
+    assert not LedgerEvent.objects.filter(run_id=run_id, kind="compensated").exists()
+    effect.refresh_from_db()
+    assert effect.status == "isolated"
