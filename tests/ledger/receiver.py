@@ -9,7 +9,8 @@ from urllib.parse import parse_qs, urlparse
 
 class Receiver:
     """``mode``: ``ok`` (POST 200, GET done), ``absent_once`` (the first GET says absent), ``hang``
-    (never answers in time); ``block`` holds each POST until released (to kill a worker meanwhile)."""
+    (never answers in time), ``refuse`` (POST 422); ``block`` holds each POST until released (to kill a
+    worker meanwhile)."""
 
     def __init__(self, mode: str = "ok"):
         self.mode = mode
@@ -37,6 +38,8 @@ class Receiver:
                     receiver.release.wait(30)
                 if receiver.mode == "hang":
                     receiver.release.wait(30)
+                if receiver.mode == "refuse":
+                    return self._answer(422, {"error": "cannot undo"})
                 self._answer(200, {"reference": f"deploy-{receiver.posts.total()}"})
 
             def do_GET(self):

@@ -6,8 +6,8 @@ from datetime import datetime, timezone as dt_timezone
 import pytest
 
 from ledger import services
-from ledger.models import Effect, LedgerEvent, Outbox, Run
-from tests.factories import client_for, make_agent, make_workflow
+from ledger.models import Approval, Effect, LedgerEvent, Outbox, Run
+from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver
 from tests.ledger.receiver import Receiver
 from tests.ledger.workers import workers, wait_until  # noqa: F401 (fixture)
@@ -43,6 +43,44 @@ def test_crash_worker_killed_mid_call_verifies_and_never_posts_again(workers):  
     assert lost.reason_code == "attempt_deadline_passed" and lost.actor == "system:executor"
     assert Effect.objects.get(run_id=run["id"]).status == "verified"
 
+
+
+def test_crash_worker_killed_mid_compensation_verifies_the_undo_and_never_sends_it_again(workers):  # noqa: F811
+    """An approved compensation on an executor stage: SIGKILL the worker while the receiver holds the undo's
+    POST; after the deadline the sweep re-enqueues it, the new worker verifies it and posts `compensated`."""
+    with Receiver() as receiver:
+        wf = make_workflow(stages=["build", "deploy"], effect_stages=["deploy"], approval_stages=[],
+                           executors={"deploy": {"handler": "webhook",
+                                                 "config": {"url": receiver.url, "timeout_seconds": 2}}})
+        driver = AgentDriver(client_for(make_agent()[1]), wf.slug)
+        run_id = driver.trigger()["id"]
+        driver.pass_stage(run_id, "build")
+        first = workers.start()
+        driver.event(run_id, "deploy", "proposed", action=ACTION)
+        assert wait_until(lambda: Run.objects.get(id=run_id).state == "completed", 40)
+        oncall, editor = client_for(make_operator("oncall")[1]), client_for(make_operator("editor")[1])
+        answer = oncall.post(f"/api/v1/runs/{run_id}/rollback/",
+                             {"to_stage": "deploy", "reason": "bad rollout", "compensate": True}, format="json")
+        assert answer.status_code == 200 and answer.json()["state"] == "compensate"
+        approval = Approval.objects.get(run_id=run_id, kind="compensation")
+        receiver.block = True
+        receiver.post_arrived.clear()
+        assert editor.post(f"/api/v1/approvals/{approval.id}/approve/", {}, format="json").status_code == 200
+        assert receiver.post_arrived.wait(30), "the executor never sent the undo"
+        workers.kill(first)
+        receiver.block = False
+        receiver.release.set()
+        held = Run.objects.get(id=run_id)
+        assert held.state == "compensate" and held.executor_state["current"]["done"] is False  # committed first
+        time.sleep(2.2)  # past the attempt's deadline (the handler's timeout)
+        assert services.executor_sweep() == 1
+        workers.start()
+        assert wait_until(lambda: Run.objects.get(id=run_id).state == "resume", 40)
+        key = f"compensation:{approval.id}"
+        assert receiver.posts[key] == 1 and receiver.gets[key] >= 1
+    compensated = LedgerEvent.objects.get(run_id=run_id, kind="compensated")
+    assert compensated.actor == "system:executor" and compensated.data["approval"] == str(approval.id)
+    assert Effect.objects.get(run_id=run_id).status == "compensated"
 
 def test_crash_late_and_double_ticks_make_one_run_per_tick(workers):  # noqa: F811
     """Ticks sent while no worker runs (and each sent by two schedulers) become one run per tick, labelled T."""

@@ -219,3 +219,22 @@ def test_a_compensation_the_receiver_cannot_confirm_is_not_repeated_and_escalate
     assert not LedgerEvent.objects.filter(run_id=run_id, kind="compensated").exists()
     effect.refresh_from_db()
     assert effect.status == "isolated"
+
+
+def test_a_compensation_the_receiver_refuses_escalates_compensation_failed():
+    """A 4xx to the undo means it definitely did not happen: escalated (compensation_failed), no verification,
+    nothing compensated, the effect still isolated, and on-call can see why."""
+    with Receiver() as receiver:
+        _, _, run_id, effect, approval = _executed_then_rolled_back(receiver, timeout_seconds=5)
+        receiver.mode = "refuse"
+        editor = client_for(make_operator("editor")[1])
+        assert editor.post(f"/api/v1/approvals/{approval.id}/approve/", {}, format="json").status_code == 200
+        key = f"compensation:{approval.id}"
+        assert receiver.posts[key] == 1 and receiver.gets[key] == 0
+    run = Run.objects.get(id=run_id)
+    assert run.state == "escalated" and run.lease_owner == "" and run.executor_state == {}
+    last = LedgerEvent.objects.filter(run_id=run_id, kind="transition").order_by("-seq").first()
+    assert last.reason_code == "compensation_failed" and last.data["detail"] == "HTTP 422"
+    effect.refresh_from_db()
+    assert effect.status == "isolated" and not LedgerEvent.objects.filter(run_id=run_id, kind="compensated").exists()
+    assert Approval.objects.filter(run_id=run_id, kind="escalation", status="pending").exists()
