@@ -86,3 +86,24 @@ def test_a_literal_percent_means_the_same_prepared_or_not(settings):
     settings.DB_PREPARED_STATEMENTS = True
     assert _run(query, ["6"]) == ("6%",)
     assert sql._prepared_name(query) in _prepared()
+
+
+def test_the_hot_path_cursor_is_reused_and_reads_the_times_the_orm_reads():
+    """One cursor per connection; its C timestamp loader gives the values (and the UTC tzinfo) Django's gives."""
+    from datetime import timezone as dt_timezone
+
+    from ledger.models import Run
+
+    wf = make_workflow(stages=["build"])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, actor="agent:t")
+    services.event_append(run_id=run.id, body={"stage": "build", "kind": "started"}, actor="agent:t")
+    with sql._cursor() as first, sql._cursor() as second:
+        assert first is second
+    assert first.adapters.get_loader(1184, first.format).__module__ != "django.db.backends.postgresql.psycopg_any"
+    with transaction.atomic():
+        locked, _, _ = sql.run_lock_read(run.id, None)
+    orm = Run.objects.get(id=run.id)
+    for name in ("created_at", "updated_at", "decided_at", "lease_expires_at"):
+        value = getattr(locked, name)
+        assert value == getattr(orm, name) and value.tzinfo is dt_timezone.utc, name
+    assert locked.workflow.created_at == orm.workflow.created_at and locked.workflow.created_at.tzinfo is dt_timezone.utc
