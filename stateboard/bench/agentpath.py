@@ -131,15 +131,15 @@ def measure_intent_triggers(clients: int, duration: float, *, workflow_lock: boo
 class _CountingCursor:
     """psycopg's cursor on the hot path (``ledger.sql``'s write cursor, invisible to Django's query log)."""
 
-    def __init__(self, cursor, log: list):
-        self._cursor, self._log = cursor, log
+    def __init__(self, context, log: list):
+        self._context, self._log, self._cursor = context, log, None
 
     def __enter__(self):
-        self._cursor.__enter__()
+        self._cursor = self._context.__enter__()
         return self
 
     def __exit__(self, *exc):
-        return self._cursor.__exit__(*exc)
+        return self._context.__exit__(*exc)
 
     def execute(self, query, params=None, **kwargs):
         self._log.append(query)
