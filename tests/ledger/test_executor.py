@@ -5,9 +5,10 @@ import hmac
 import json
 
 import pytest
+from django.urls import reverse
 
 from ledger.models import Approval, Effect, LedgerEvent, Run
-from tests.factories import client_for, make_agent, make_operator, make_workflow
+from tests.factories import client_for, login, make_agent, make_operator, make_workflow, texts
 from tests.ledger.helpers import AgentDriver
 from tests.ledger.receiver import Receiver
 
@@ -174,6 +175,9 @@ def test_an_approved_compensation_on_an_executor_stage_is_performed_by_the_execu
         refused = driver.event(run_id, "deploy", "compensated", expect=409, action=approval.action,
                                evidence=[{"uri": "https://x.test", "observed_at": "2026-12-01T00:00:00+00:00"}])
         assert refused["code"] == "executor_stage"
+        editor_page, _ = login("editor")
+        inbox = texts(editor_page.get(reverse("ledger:approval_list")))
+        assert f'id="approval-{approval.id}"' in inbox and 'data-performer="executor"' in inbox
         editor = client_for(make_operator("editor")[1])
         for _ in range(2):  # approving twice performs it once
             assert editor.post(f"/api/v1/approvals/{approval.id}/approve/", {}, format="json").status_code == 200
