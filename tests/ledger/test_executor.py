@@ -206,39 +206,37 @@ def test_an_approved_compensation_on_an_executor_stage_is_performed_by_the_execu
     assert driver.client.get(f"/api/v1/runs/{run_id}/verify-chain/").json()["ok"] is True
 
 
-def test_a_compensation_the_receiver_cannot_confirm_is_not_repeated_and_escalates():
-    """The undo is POSTed once; verification never confirms it: verified again, never POSTed again, and
-    after max_retries the run is escalated (executor_unverifiable) with nothing marked compensated."""
+def _undo_answered(mode: str, timeout_seconds: float):
+    """Roll back with compensation, let the receiver answer the undo in ``mode``, approve it:
+    (workflow, run id, the deploy effect, the approval, the receiver, the escalation that followed)."""
     with Receiver() as receiver:
-        wf, _, run_id, effect, approval = _executed_then_rolled_back(receiver, timeout_seconds=0.5)
-        receiver.mode = "hang"
+        wf, _, run_id, effect, approval = _executed_then_rolled_back(receiver, timeout_seconds=timeout_seconds)
+        receiver.mode = mode
         editor = client_for(make_operator("editor")[1])
         assert editor.post(f"/api/v1/approvals/{approval.id}/approve/", {}, format="json").status_code == 200
-        key = f"compensation:{approval.id}"
-        assert receiver.posts[key] == 1 and receiver.gets[key] == wf.max_retries == 3
     run = Run.objects.get(id=run_id)
     assert run.state == "escalated" and run.lease_owner == "" and run.executor_state == {}
-    last = LedgerEvent.objects.filter(run_id=run_id, kind="transition").order_by("-seq").first()
-    assert last.reason_code == "executor_unverifiable" and last.data["from"] == "compensate"
     assert not LedgerEvent.objects.filter(run_id=run_id, kind="compensated").exists()
     effect.refresh_from_db()
     assert effect.status == "isolated"
+    escalation = LedgerEvent.objects.filter(run_id=run_id, kind="transition").order_by("-seq").first()
+    return wf, run_id, approval, receiver, escalation
+
+
+def test_a_compensation_the_receiver_cannot_confirm_is_not_repeated_and_escalates():
+    """The undo is POSTed once; verification never confirms it: verified again, never POSTed again, and
+    after max_retries the run is escalated (executor_unverifiable) with nothing marked compensated."""
+    wf, _, approval, receiver, escalation = _undo_answered("hang", 0.5)
+    key = f"compensation:{approval.id}"
+    assert receiver.posts[key] == 1 and receiver.gets[key] == wf.max_retries == 3
+    assert escalation.reason_code == "executor_unverifiable" and escalation.data["from"] == "compensate"
 
 
 def test_a_compensation_the_receiver_refuses_escalates_compensation_failed():
     """A 4xx to the undo means it definitely did not happen: escalated (compensation_failed), no verification,
     nothing compensated, the effect still isolated, and on-call can see why."""
-    with Receiver() as receiver:
-        _, _, run_id, effect, approval = _executed_then_rolled_back(receiver, timeout_seconds=5)
-        receiver.mode = "refuse"
-        editor = client_for(make_operator("editor")[1])
-        assert editor.post(f"/api/v1/approvals/{approval.id}/approve/", {}, format="json").status_code == 200
-        key = f"compensation:{approval.id}"
-        assert receiver.posts[key] == 1 and receiver.gets[key] == 0
-    run = Run.objects.get(id=run_id)
-    assert run.state == "escalated" and run.lease_owner == "" and run.executor_state == {}
-    last = LedgerEvent.objects.filter(run_id=run_id, kind="transition").order_by("-seq").first()
-    assert last.reason_code == "compensation_failed" and last.data["detail"] == "HTTP 422"
-    effect.refresh_from_db()
-    assert effect.status == "isolated" and not LedgerEvent.objects.filter(run_id=run_id, kind="compensated").exists()
+    _, run_id, approval, receiver, escalation = _undo_answered("refuse", 5)
+    key = f"compensation:{approval.id}"
+    assert receiver.posts[key] == 1 and receiver.gets[key] == 0
+    assert escalation.reason_code == "compensation_failed" and escalation.data["detail"] == "HTTP 422"
     assert Approval.objects.filter(run_id=run_id, kind="escalation", status="pending").exists()
