@@ -111,8 +111,9 @@ def _begin(run_id, stage: str, now: datetime) -> _Pass | str:
         if run.state in ("verify", "verify_only") and run.current_stage == stage:
             phase = "verify"
         elif run.state == "compensate" and state.get("compensation"):
-            # an undo whose outcome was not observed is verified; executed again only once proved absent
-            phase = "execute" if not current or state.pop("undo_absent", False) else "verify"
+            # an undo whose outcome was not observed is verified; sent again only once proved absent
+            proved_absent = state.pop("undo_absent", False)
+            phase = "execute" if not current or proved_absent else "verify"
         elif run.state in ("fresh", "resume", "checkpointed", "awaiting_approval"):
             phase = "execute"
             if stage in run.workflow.approval_stages and run.state != "awaiting_approval":

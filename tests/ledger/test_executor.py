@@ -240,3 +240,18 @@ def test_a_compensation_the_receiver_refuses_escalates_compensation_failed():
     assert receiver.posts[key] == 1 and receiver.gets[key] == 0
     assert escalation.reason_code == "compensation_failed" and escalation.data["detail"] == "HTTP 422"
     assert Approval.objects.filter(run_id=run_id, kind="escalation", status="pending").exists()
+
+
+def test_an_undo_verification_proved_absent_is_sent_again_then_compensated():
+    """Verification says the undo did not happen: the executor sends it again (attempt 2), then it is verified."""
+    with Receiver() as receiver:
+        _, _, run_id, effect, approval = _executed_then_rolled_back(receiver, timeout_seconds=5)
+        receiver.mode = "absent_once"
+        editor = client_for(make_operator("editor")[1])
+        assert editor.post(f"/api/v1/approvals/{approval.id}/approve/", {}, format="json").status_code == 200
+    key = f"compensation:{approval.id}"
+    assert receiver.posts[key] == 2 and receiver.gets[key] == 2
+    compensated = LedgerEvent.objects.get(run_id=run_id, kind="compensated")
+    assert compensated.data["attempt"] == 2
+    effect.refresh_from_db()
+    assert effect.status == "compensated" and Run.objects.get(id=run_id).state == "resume"
