@@ -101,6 +101,10 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
     if holder is not None:
         raise Conflict("active_run_exists", "Another run of this intent is active; compensate once it has finished.",
                        run=str(holder))
+    approved = (Approval.objects.filter(run=run, kind=Approval.Kind.COMPENSATION, status="approved",
+                                        consumed_at__isnull=True).first() if run.state == "compensate" else None)
+    if approved is not None:  # decided and not yet performed: nothing new to ask an editor
+        return run, approved
     now = timezone.now()
     writer = RunWriter(run, actor, now)
     if run.state == "escalated":

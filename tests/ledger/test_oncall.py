@@ -298,3 +298,18 @@ def test_an_approved_compensation_no_agent_leased_in_time_stays_on_the_queue():
     assert team.agent.lease()["id"] == run_id
     team.compensated_event(run_id, action=approval["action"], evidence=EVIDENCE)
     assert Run.objects.get(id=run_id).state == "compensated"
+
+
+def test_compensate_again_while_the_approved_compensation_is_still_owed_answers_that_approval():
+    """On a run in `compensate` whose compensation is approved and not yet performed, on-call's compensate
+    asks editors nothing new: it answers the approved request (no second approval, no new event)."""
+    team = OnCall()
+    run_id = team.in_compensate()
+    approval = team.act(run_id, "compensate").json()["approval"]
+    assert team.editor_client.post(f"/api/v1/approvals/{approval['id']}/approve/", {}, format="json").status_code == 200
+    events = _events(run_id).count()
+    again = team.act(run_id, "compensate", reason="did it go through?")
+    assert again.status_code == 200 and again.json()["approval"]["id"] == approval["id"]
+    assert again.json()["approval"]["status"] == "approved"
+    assert Approval.objects.filter(run_id=run_id, kind="compensation").count() == 1
+    assert _events(run_id).count() == events and Run.objects.get(id=run_id).state == "compensate"
