@@ -108,9 +108,10 @@ def _begin(run_id, stage: str, now: datetime) -> _Pass | str:
             return _escalate(run, "executor_unverifiable", now, attempts=state.get("attempts", 0))
         attempt = state.get("attempts", 0) + 1
         deadline = now + timedelta(seconds=handler.timeout_seconds)
+        compensation = run.state == "compensate" and bool(state.get("compensation"))
         if run.state in ("verify", "verify_only") and run.current_stage == stage:
             phase = "verify"
-        elif run.state == "compensate" and state.get("compensation"):
+        elif compensation:
             # an undo whose outcome was not observed is verified; sent again only once proved absent
             proved_absent = state.pop("undo_absent", False)
             phase = "execute" if not current or proved_absent else "verify"
@@ -133,7 +134,6 @@ def _begin(run_id, stage: str, now: datetime) -> _Pass | str:
         state.update(attempts=attempt, current={"n": attempt, "phase": phase, "deadline": deadline.isoformat(),
                                                  "done": False})
         _save_state(run, state)
-        compensation = run.state == "compensate"
         if compensation:
             key, reference = _compensation_key(state), state.get("reference", "")
         else:
@@ -220,7 +220,7 @@ def _record_verify(run_id, stage: str, p: _Pass, outcome: Outcome) -> str:
         if p.compensation and outcome.status == "verified":
             run = _post(run, state, stage, p.attempt, "compensated", "compensated", action=p.action,
                         evidence=_evidence(p, stage, outcome))
-            Run.objects.filter(id=run.id).exclude(executor_state={}).update(executor_state={})
+            _release(run, state, now)
             return "compensated"
         if p.compensation and outcome.status == "absent":
             state["undo_absent"] = True
@@ -243,10 +243,12 @@ def _record_verify(run_id, stage: str, p: _Pass, outcome: Outcome) -> str:
 
 
 def _release(run: Run, state: dict, now: datetime) -> None:
-    """The stage is done: the run is the agent's again, under its lease, which restarts now (unless
-    the verification moved it to a newer goal, SPEC §10.1: then it waits queued for any agent)."""
+    """The executor is done with the run. If it still holds it (the stage was verified and the run goes
+    on) the run is the agent's again, under its lease, which restarts now; if the last event let go of it
+    — the run finished, escalated, or was queued for any agent (a newer goal, SPEC §10.1; a rollback's
+    compensation decided it again) — only the executor's bookkeeping is cleared."""
     changes = {"executor_state": {}}
-    if not run.is_terminal and run.queued_until is None:
+    if run.lease_owner == EXECUTOR:
         changes.update(lease_owner=state.get("agent", ""), lease_id=state.get("lease_id"),
                        lease_expires_at=now + timedelta(seconds=run.workflow.lease_seconds))
     Run.objects.filter(id=run.id).update(**changes)
