@@ -1,13 +1,18 @@
 """The web tier's command line, one home for ``manage.py up`` and ``bench ledger``.
 
-gunicorn with threaded workers (``gthread``): one worker process per core, ``WEB_THREADS`` (4)
-threads each, and HTTP keep-alive so an agent's client reuses its connection between calls.
-A thread waiting on PostgreSQL or on a long-poll lease leaves the other threads serving.
+granian (a Rust HTTP server) serving the WSGI app: one worker process per core, ``WEB_THREADS`` (4)
+Python threads each, HTTP/1.1 keep-alive so an agent's client reuses its connection between calls, a
+worker that dies respawned. A thread waiting on PostgreSQL or on a long-poll lease leaves the other
+threads serving. ``WEB_SERVER=gunicorn`` serves the same app with gunicorn's threaded workers
+(``gthread``) instead: ``bench ledger`` measures both in one run, and granian's per-request overhead
+is the smaller (README, "The web tier").
 """
 
 from __future__ import annotations
 
 import os
+
+SERVERS = ("granian", "gunicorn")
 
 
 def cores() -> int:
@@ -17,11 +22,24 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def gunicorn_command(python: str, bind: str) -> list[str]:
-    """``python -m gunicorn`` serving stateboard.wsgi on ``bind`` (``WEB_WORKERS`` / ``WEB_THREADS`` override
-    the sizes). No control socket (gunicorn >= 25 opens one in the working directory by default)."""
-    workers = int(os.environ.get("WEB_WORKERS") or cores())
-    threads = int(os.environ.get("WEB_THREADS") or 4)
-    return [python, "-m", "gunicorn", "stateboard.wsgi", "--bind", bind, "--workers", str(workers),
-            "--worker-class", "gthread", "--threads", str(threads), "--keep-alive", "5",
-            "--access-logfile", "-", "--no-control-socket"]
+def web_server() -> str:
+    name = os.environ.get("WEB_SERVER") or SERVERS[0]
+    if name not in SERVERS:
+        raise ValueError(f"WEB_SERVER must be one of {', '.join(SERVERS)}, not {name!r}.")
+    return name
+
+
+def web_command(python: str, bind: str, server: str | None = None) -> list[str]:
+    """The command serving stateboard.wsgi on ``bind`` (``host:port``) with ``server`` (default
+    ``WEB_SERVER``, else granian); ``WEB_WORKERS`` / ``WEB_THREADS`` override the sizes."""
+    server = server or web_server()
+    workers = str(int(os.environ.get("WEB_WORKERS") or cores()))
+    threads = str(int(os.environ.get("WEB_THREADS") or 4))
+    if server == "gunicorn":  # no control socket: gunicorn >= 25 opens one in the working directory
+        return [python, "-m", "gunicorn", "stateboard.wsgi", "--bind", bind, "--workers", workers,
+                "--worker-class", "gthread", "--threads", threads, "--keep-alive", "5",
+                "--access-logfile", "-", "--no-control-socket"]
+    host, _, port = bind.rpartition(":")
+    return [python, "-m", "granian", "--interface", "wsgi", "--host", host.strip("[]") or "127.0.0.1",
+            "--port", port, "--workers", workers, "--blocking-threads", threads, "--no-ws",
+            "--respawn-failed-workers", "--access-log", "stateboard.wsgi:application"]

@@ -1,7 +1,7 @@
 """``python manage.py bench agents``: the agent's side end to end. It prints figures, it asserts nothing.
 
-In the scratch database (made by the dispatcher), with gunicorn started as ``manage.py up`` starts it
-(``appends.gunicorn_server``):
+In the scratch database (made by the dispatcher), with the web server started as ``manage.py up`` starts it
+(``appends.web_server``):
 
 - full runs through the Python client (``stateboard.client``): each of ``clients`` processes triggers a
   run of the 20-stage stream workflow (3 effect stages) and drives it to ``completed`` (``run.stage``
@@ -142,7 +142,7 @@ def run(*, out, scale: float = 1.0, reps: int = 3, duration: float = 5.0, client
         live = _resume_setup(scale, say)
         samples = max(20, min(PACKET_SAMPLES, int(PACKET_SAMPLES * scale ** 0.5)))
         series = {"raw": [], "client": []}
-        with appends.gunicorn_server(db_name, say, DB_POOL="1") as base:
+        with appends.web_server(db_name, say, DB_POOL="1") as base:
             for rep in range(1, reps + 1):
                 raw = appends.measure_http_plain(base, token, clients, duration)
                 full = measure_client_runs(base, token, clients, duration)

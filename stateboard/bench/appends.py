@@ -1,5 +1,5 @@
 """Append and checkpoint workloads: event streams through the service layer and through the HTTP
-API (gunicorn), plain appends, and checkpoint save + load. Each ``measure_*`` runs ``clients``
+API (the web server `up` runs), plain appends, and checkpoint save + load. Each ``measure_*`` runs ``clients``
 concurrent clients for ``duration`` seconds (``common.run_clients``) and returns a ``Measure``."""
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def measure_checkpoint(clients: int, duration: float) -> Measure:
 
 
 # ---------------------------------------------------------------------------------------------
-# HTTP API (gunicorn)
+# HTTP API (the web server as `up` runs it)
 
 
 def _free_port() -> int:
@@ -189,23 +189,25 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def gunicorn_server(db_name: str, say: Out, **env_extra: str):
-    """gunicorn started as ``manage.py up`` starts it (``stateboard.webserver``), on a free port."""
+def web_server(db_name: str, say: Out, server: str | None = None, **env_extra: str):
+    """The web server started as ``manage.py up`` starts it (``stateboard.webserver``; ``server`` overrides
+    ``WEB_SERVER``), on a free port."""
     import requests
     from django.conf import settings
 
-    from stateboard.webserver import gunicorn_command
+    from stateboard.webserver import web_command, web_server as default_server
 
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    cmd = gunicorn_command(sys.executable, f"127.0.0.1:{port}")
+    server = server or default_server()
+    cmd = web_command(sys.executable, f"127.0.0.1:{port}", server)
     env = dict(os.environ)
     env.update(DATABASE_URL=database_url(db_name), DEBUG="0", ALLOWED_HOSTS="127.0.0.1",
                SECRET_KEY=os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
                DJANGO_SETTINGS_MODULE="stateboard.settings", LOG_LEVEL="WARNING", **env_extra)
     log = (Path(settings.BASE_DIR) / "var")
     log.mkdir(parents=True, exist_ok=True)
-    log_path = log / "bench-gunicorn.log"
+    log_path = log / f"bench-{server}.log"
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(cmd, cwd=settings.BASE_DIR, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -213,17 +215,17 @@ def gunicorn_server(db_name: str, say: Out, **env_extra: str):
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                raise BenchError(f"gunicorn exited with {proc.returncode}; see {log_path}:\n"
+                raise BenchError(f"{server} exited with {proc.returncode}; see {log_path}:\n"
                                  + log_path.read_text(errors="replace")[-2000:])
             try:
                 requests.get(base + "/healthz", timeout=5)
                 break
             except requests.RequestException:
                 if time.monotonic() > deadline:
-                    raise BenchError(f"gunicorn did not answer on {base} within 60 s; see {log_path}")
+                    raise BenchError(f"{server} did not answer on {base} within 60 s; see {log_path}")
                 time.sleep(0.2)
         pool = env.get("DB_POOL", "1")
-        say(f"gunicorn up: {' '.join(cmd[3:])} (DEBUG off, DB_POOL={pool}), log {log_path}")
+        say(f"{server} up: {' '.join(cmd[3:])} (DEBUG off, DB_POOL={pool}), log {log_path}")
         yield base
     finally:
         if proc.poll() is None:
@@ -233,7 +235,7 @@ def gunicorn_server(db_name: str, say: Out, **env_extra: str):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
-        say("gunicorn stopped")
+        say(f"{server} stopped")
 
 
 class _Http:

@@ -18,7 +18,7 @@ class Command(BaseCommand):
         "Benchmark a subsystem and print the figures. 'ledger' (PostgreSQL only) creates a scratch "
         "database on the DATABASE_URL server (default name stateboard_bench; dropped at the end unless "
         "--keep), migrates it and measures: event appends/s through the service layer (1 and N clients) "
-        "and through the HTTP API (gunicorn, N clients) beside raw psycopg INSERT+COMMIT, checkpoint "
+        "and through the HTTP API (granian as `up` runs it, and gunicorn; N clients) beside raw psycopg INSERT+COMMIT, checkpoint "
         "save+load/s, and the recovery decision p50/p95 with 10k and 1M ledger events loaded in bulk. "
         "Takes about 5-10 minutes at --scale 1. 'knowledge' runs stateboard.bench.knowledge in the same "
         "kind of scratch database; 'sweeps' the stale-claim, checkpoint-prune and retention sweeps over "

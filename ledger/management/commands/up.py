@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from stateboard.webserver import gunicorn_command
+from stateboard.webserver import web_command
 
 
 def _local(host: str) -> str:
@@ -49,7 +49,7 @@ class Command(BaseCommand):
         python = sys.executable
         bind = f"{host}:{port}"
         processes = {
-            "web": gunicorn_command(python, bind),  # gthread workers sized to the machine (stateboard.webserver)
+            "web": web_command(python, bind),  # threaded workers sized to the machine (stateboard.webserver)
             "worker": [python, "-m", "celery", "-A", "stateboard", "worker", "--pool", "solo", "--loglevel", "INFO"],
             "beat": [python, "-m", "celery", "-A", "stateboard", "beat", "--loglevel", "INFO",
                      "--scheduler", "ledger.beat:TickScheduler",
