@@ -68,7 +68,7 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
     real = scope + " AND staged = %s"
     latest_two = sql.select_models(Checkpoint, real, [workflow.id, intent, False], order="id DESC", limit=2)
     latest = latest_two[0] if latest_two else None
-    if latest is not None and latest.input_fingerprint == fingerprint:
+    if latest is None or latest.input_fingerprint == fingerprint:  # none at all: none of this fingerprint either
         same_fp = latest
     else:
         found = sql.select_models(Checkpoint, real + " AND input_fingerprint = %s",

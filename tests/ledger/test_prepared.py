@@ -107,3 +107,18 @@ def test_the_hot_path_cursor_is_reused_and_reads_the_times_the_orm_reads():
         value = getattr(locked, name)
         assert value == getattr(orm, name) and value.tzinfo is dt_timezone.utc, name
     assert locked.workflow.created_at == orm.workflow.created_at and locked.workflow.created_at.tzinfo is dt_timezone.utc
+
+
+def test_a_trigger_of_an_intent_without_checkpoints_reads_the_checkpoints_once(settings):
+    """No checkpoint of the intent at all means none of its fingerprint: the second look is skipped."""
+    from django.test.utils import CaptureQueriesContext
+
+    settings.DB_PREPARED_STATEMENTS = False  # the statements' own text, table names included
+    wf = make_workflow(stages=["build"])
+    with CaptureQueriesContext(connection) as captured:
+        run, created = services.run_trigger(workflow_slug=wf.slug, inputs={"n": 1}, intent="fresh-intent",
+                                            actor="agent:p")
+    assert created and run.state == "fresh"
+    checkpoint_reads = [q["sql"] for q in captured.captured_queries
+                        if q["sql"].lstrip().upper().startswith("SELECT") and '"ledger_checkpoint"' in q["sql"]]
+    assert len(checkpoint_reads) == 1, checkpoint_reads
