@@ -29,12 +29,18 @@ def web_server() -> str:
     return name
 
 
+def _size(name: str, default: int) -> int:
+    value = os.environ.get(name) or str(default)
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{name} must be a whole number of at least 1, not {value!r}.")
+    return int(value)
+
+
 def web_command(python: str, bind: str, server: str | None = None) -> list[str]:
     """The command serving stateboard.wsgi on ``bind`` (``host:port``) with ``server`` (default
     ``WEB_SERVER``, else granian); ``WEB_WORKERS`` / ``WEB_THREADS`` override the sizes."""
     server = server or web_server()
-    workers = str(int(os.environ.get("WEB_WORKERS") or cores()))
-    threads = str(int(os.environ.get("WEB_THREADS") or 4))
+    workers, threads = str(_size("WEB_WORKERS", cores())), str(_size("WEB_THREADS", 4))
     if server == "gunicorn":  # no control socket: gunicorn >= 25 opens one in the working directory
         return [python, "-m", "gunicorn", "stateboard.wsgi", "--bind", bind, "--workers", workers,
                 "--worker-class", "gthread", "--threads", threads, "--keep-alive", "5",

@@ -25,6 +25,20 @@ def test_the_command_is_granian_unless_told_otherwise(monkeypatch):
     monkeypatch.setenv("WEB_SERVER", "uwsgi")
     with pytest.raises(ValueError, match="WEB_SERVER must be one of granian, gunicorn"):
         webserver.web_command("python", "127.0.0.1:8123")
+    monkeypatch.setenv("WEB_SERVER", "granian")
+    for bad in ("0", "four", "-2"):
+        monkeypatch.setenv("WEB_THREADS", bad)
+        with pytest.raises(ValueError, match="WEB_THREADS must be a whole number of at least 1"):
+            webserver.web_command("python", "127.0.0.1:8123")
+
+
+def test_up_refuses_an_unknown_web_server_before_it_starts_anything():
+    result = subprocess.run([sys.executable, "manage.py", "up", "--no-demo", "--port", str(_free_port())],
+                            cwd=ROOT, env={**os.environ, "WEB_SERVER": "nope"}, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1
+    assert "WEB_SERVER must be one of granian, gunicorn, not 'nope'." in result.stderr
+    assert "Applying migrations" not in result.stdout and "Traceback" not in result.stderr
 
 
 def _get(conn, path="/healthz"):

@@ -8,7 +8,7 @@ import time
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from stateboard.webserver import web_command
 
@@ -34,6 +34,12 @@ class Command(BaseCommand):
                             help="set everything up, start, answer /healthz, run `demo --once`, stop")
 
     def handle(self, *args, port, host, no_demo, check, **options):
+        python = sys.executable
+        bind = f"{host}:{port}"
+        try:
+            web = web_command(python, bind)  # threaded workers sized to the machine (stateboard.webserver)
+        except ValueError as exc:  # WEB_SERVER / WEB_WORKERS / WEB_THREADS that do not parse
+            raise CommandError(str(exc))
         engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
         self.stdout.write(f"Database: {engine}; broker: {settings.CELERY_BROKER_URL.split('@')[-1]}")
         self.stdout.write("Applying migrations…")
@@ -46,10 +52,8 @@ class Command(BaseCommand):
             env["SECURE_COOKIES"] = "0"  # the embedded demo is served over plain http on localhost
         if not (os.environ.get("EMAIL_HOST") or os.environ.get("EMAIL_BACKEND")):
             env["EMAIL_BACKEND"] = "django.core.mail.backends.console.EmailBackend"  # notifications on stdout
-        python = sys.executable
-        bind = f"{host}:{port}"
         processes = {
-            "web": web_command(python, bind),  # threaded workers sized to the machine (stateboard.webserver)
+            "web": web,
             "worker": [python, "-m", "celery", "-A", "stateboard", "worker", "--pool", "solo", "--loglevel", "INFO"],
             "beat": [python, "-m", "celery", "-A", "stateboard", "beat", "--loglevel", "INFO",
                      "--scheduler", "ledger.beat:TickScheduler",
