@@ -5,7 +5,7 @@ Python threads each, HTTP/1.1 keep-alive so an agent's client reuses its connect
 worker that dies respawned. A thread waiting on PostgreSQL or on a long-poll lease leaves the other
 threads serving. ``WEB_SERVER=gunicorn`` serves the same app with gunicorn's threaded workers
 (``gthread``) instead: ``bench ledger`` measures both in one run, and granian's per-request overhead
-is the smaller (README, "The web tier").
+is the smaller (README, "The agent's path: batches, lock order, web tier").
 """
 
 from __future__ import annotations

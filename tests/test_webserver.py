@@ -73,7 +73,7 @@ def test_the_server_keeps_connections_and_outlives_a_killed_worker(tmp_path, ser
         assert sock is not None, "the server closed the connection after one request"
         assert _get(conn).status in (200, 503) and conn.sock is sock  # the same connection served both
 
-        workers = _wait_for(lambda: [pid for pid, cmd in _children(web.pid).items()], "a worker process")
+        workers = _wait_for(lambda: list(_children(web.pid)), "a worker process")
         os.kill(workers[0], signal.SIGKILL)
         _wait_for(lambda: workers[0] not in _children(web.pid) and _children(web.pid), "a new worker", 60)
         assert _wait_for(answering, f"{server} to answer after the kill", 60) and web.poll() is None
