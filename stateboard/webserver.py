@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 SERVERS = ("granian", "gunicorn")
+STOP_SECONDS = 10  # on SIGTERM, a worker still busy (a lease long-poll waits up to 30 s) is killed after this
 
 
 def cores() -> int:
@@ -48,4 +49,5 @@ def web_command(python: str, bind: str, server: str | None = None) -> list[str]:
     host, _, port = bind.rpartition(":")
     return [python, "-m", "granian", "--interface", "wsgi", "--host", host.strip("[]") or "127.0.0.1",
             "--port", port, "--workers", workers, "--blocking-threads", threads, "--no-ws",
-            "--respawn-failed-workers", "--access-log", "stateboard.wsgi:application"]
+            "--respawn-failed-workers", "--workers-kill-timeout", str(STOP_SECONDS), "--access-log",
+            "stateboard.wsgi:application"]

@@ -85,3 +85,56 @@ def test_the_server_keeps_connections_and_outlives_a_killed_worker(tmp_path, ser
             os.killpg(web.pid, signal.SIGKILL)
             web.wait(timeout=10)
         assert web.poll() is not None, log.read_text(errors="replace")[-2000:]
+
+
+def test_up_stops_during_a_long_poll_and_leaves_no_web_process_behind(tmp_path):
+    """SIGTERM to `up` while an agent long-polls for a lease (up to 30 s): the web server's busy worker is
+    stopped within `up`'s wait, and no process of the web server outlives `up`."""
+    import json
+    import threading
+    import time
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
+    env.update(STATEBOARD_VAR_DIR=str(tmp_path), WEB_WORKERS="1", WEB_THREADS="2")
+    port = _free_port()
+    log = tmp_path / "up.log"
+    with open(log, "wb") as out:
+        up = subprocess.Popen([sys.executable, "manage.py", "up", "--no-demo", "--port", str(port)],
+                              cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    web_processes: list[int] = []
+    try:
+        _wait_for(lambda: "Stateboard is up" in log.read_text(errors="replace"), "up to serve", 180)
+        made = subprocess.run([sys.executable, "manage.py", "create_agent", "poller"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert made.returncode == 0, made.stderr
+        token = made.stdout.strip().splitlines()[-1]
+        web = next(pid for pid, cmd in _children(up.pid).items() if "granian" in cmd)
+        web_processes = [web, *_children(web)]
+
+        def long_poll():
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            try:
+                conn.request("POST", "/api/v1/runs/lease/", body=json.dumps({"wait_seconds": 30}),
+                             headers={"Authorization": f"Token {token}", "Content-Type": "application/json"})
+                conn.getresponse().read()
+            except OSError:
+                pass  # the server went away under the poll: what this test does
+
+        poller = threading.Thread(target=long_poll, daemon=True)
+        poller.start()
+        time.sleep(2)  # the poll is waiting in the worker
+        assert poller.is_alive()
+        started = time.monotonic()
+        up.send_signal(signal.SIGTERM)
+        up.wait(timeout=60)
+        assert time.monotonic() - started < 30, "up waited for the long poll to end"
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(timeout=30)
+    survivors = [pid for pid in web_processes if os.path.exists(f"/proc/{pid}")
+                 and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors, f"web processes left running after up stopped: {survivors}"

@@ -1,5 +1,6 @@
 """Run the whole product: migrate, then web + Celery worker + beat (and the demo fleet) until Ctrl-C."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -61,8 +62,8 @@ class Command(BaseCommand):
         }
         signal.signal(signal.SIGTERM, stop_on_sigterm)
 
-        def start(name):
-            return subprocess.Popen(processes[name], env=env, cwd=settings.BASE_DIR)
+        def start(name):  # each child leads its own process group, so a kill reaches its workers too
+            return subprocess.Popen(processes[name], env=env, cwd=settings.BASE_DIR, start_new_session=True)
 
         children = {name: start(name) for name in processes}
         try:
@@ -73,7 +74,8 @@ class Command(BaseCommand):
                 if check:
                     self._demo_once(demo, env)
                 else:
-                    children["demo"] = subprocess.Popen(demo, env=env, cwd=settings.BASE_DIR)  # not restarted
+                    children["demo"] = subprocess.Popen(demo, env=env, cwd=settings.BASE_DIR,  # not restarted
+                                                        start_new_session=True)
                     self.stdout.write(f"Demo fleet started (pid {children['demo'].pid}); `up --no-demo` skips it.")
             if check:
                 return
@@ -94,8 +96,10 @@ class Command(BaseCommand):
             for child in children.values():
                 try:
                     child.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+                except subprocess.TimeoutExpired:  # the group: a server's workers outlive their parent's SIGKILL
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(child.pid, signal.SIGKILL)
+                    child.wait(timeout=10)
 
     def _demo_once(self, command, env):
         """`up --check`: one demo pass against the server just started; its check decides the exit."""
