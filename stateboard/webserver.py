@@ -11,6 +11,8 @@ is the smaller (README, "The agent's path: batches, lock order, web tier").
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 
 SERVERS = ("granian", "gunicorn")
 STOP_SECONDS = 10  # on SIGTERM, a worker still busy (a lease long-poll waits up to 30 s) is killed after this
@@ -23,7 +25,7 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def web_server() -> str:
+def server_name() -> str:
     name = os.environ.get("WEB_SERVER") or SERVERS[0]
     if name not in SERVERS:
         raise ValueError(f"WEB_SERVER must be one of {', '.join(SERVERS)}, not {name!r}.")
@@ -40,7 +42,7 @@ def _size(name: str, default: int) -> int:
 def web_command(python: str, bind: str, server: str | None = None) -> list[str]:
     """The command serving stateboard.wsgi on ``bind`` (``host:port``) with ``server`` (default
     ``WEB_SERVER``, else granian); ``WEB_WORKERS`` / ``WEB_THREADS`` override the sizes."""
-    server = server or web_server()
+    server = server or server_name()
     workers, threads = str(_size("WEB_WORKERS", cores())), str(_size("WEB_THREADS", 4))
     if server == "gunicorn":  # no control socket: gunicorn >= 25 opens one in the working directory
         return [python, "-m", "gunicorn", "stateboard.wsgi", "--bind", bind, "--workers", workers,
@@ -51,3 +53,21 @@ def web_command(python: str, bind: str, server: str | None = None) -> list[str]:
             "--port", port, "--workers", workers, "--blocking-threads", threads, "--no-ws",
             "--respawn-failed-workers", "--workers-kill-timeout", str(STOP_SECONDS), "--access-log",
             "stateboard.wsgi:application"]
+
+
+def processes_stop(processes, *, wait: float) -> None:
+    """Stop processes started with ``start_new_session=True``: SIGTERM to each, then, for any still running
+    after ``wait`` seconds, SIGKILL to its whole process group (granian's workers, unlike gunicorn's, do
+    not exit when their parent is killed)."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:  # gone meanwhile
+                pass
+            process.wait(timeout=10)

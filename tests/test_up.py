@@ -48,6 +48,19 @@ def test_up_migrates_seeds_and_serves_on_sqlite(tmp_path):
     assert "MISSING" not in out and out.count("GUARDED") >= 12, out
 
 
+def _stat(entry: Path) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name: state, parent pid, ..."""
+    return (entry / "stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie)."""
+    try:
+        return _stat(Path(f"/proc/{pid}"))[0] != "Z"
+    except OSError:
+        return False
+
+
 def _children(pid: int) -> dict[int, str]:
     """The live child processes of ``pid``: {pid: command line}."""
     found = {}
@@ -55,11 +68,10 @@ def _children(pid: int) -> dict[int, str]:
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            fields = _stat(entry)
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[1].split()
         if int(fields[1]) == pid and fields[0] != "Z":
             found[int(entry.name)] = cmdline
     return found

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from stateboard import webserver
-from tests.test_up import ROOT, _children, _free_port, _wait_for
+from tests.test_up import ROOT, _children, _free_port, _running, _wait_for
 
 
 def test_the_command_is_granian_unless_told_otherwise(monkeypatch):
@@ -78,13 +78,7 @@ def test_the_server_keeps_connections_and_outlives_a_killed_worker(tmp_path, ser
         _wait_for(lambda: workers[0] not in _children(web.pid) and _children(web.pid), "a new worker", 60)
         assert _wait_for(answering, f"{server} to answer after the kill", 60) and web.poll() is None
     finally:
-        os.killpg(web.pid, signal.SIGTERM)
-        try:
-            web.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(web.pid, signal.SIGKILL)
-            web.wait(timeout=10)
-        assert web.poll() is not None, log.read_text(errors="replace")[-2000:]
+        webserver.processes_stop([web], wait=30)
 
 
 def test_up_stops_during_a_long_poll_and_leaves_no_web_process_behind(tmp_path):
@@ -133,8 +127,7 @@ def test_up_stops_during_a_long_poll_and_leaves_no_web_process_behind(tmp_path):
         if up.poll() is None:
             up.kill()
             up.wait(timeout=30)
-    survivors = [pid for pid in web_processes if os.path.exists(f"/proc/{pid}")
-                 and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+    survivors = [pid for pid in web_processes if _running(pid)]
     for pid in survivors:
         os.kill(pid, signal.SIGKILL)
     assert not survivors, f"web processes left running after up stopped: {survivors}"

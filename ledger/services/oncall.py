@@ -101,10 +101,10 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
     if holder is not None:
         raise Conflict("active_run_exists", "Another run of this intent is active; compensate once it has finished.",
                        run=str(holder))
-    approved = (Approval.objects.filter(run=run, kind=Approval.Kind.COMPENSATION, status="approved",
-                                        consumed_at__isnull=True).first() if run.state == "compensate" else None)
-    if approved is not None:  # decided and not yet performed: nothing new to ask an editor
-        return run, approved
+    open_requests = {request.status: request for request in Approval.objects.filter(
+        run=run, kind=Approval.Kind.COMPENSATION, status__in=("pending", "approved"), consumed_at__isnull=True)}
+    if run.state == "compensate" and "approved" in open_requests:  # decided, not yet performed: nothing to ask
+        return run, open_requests["approved"]
     now = timezone.now()
     writer = RunWriter(run, actor, now)
     if run.state == "escalated":
@@ -114,7 +114,7 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
     if plan is None:
         writer.transition("escalated", "compensation_not_deterministic", cause="compensate")
     else:
-        pending = Approval.objects.filter(run=run, kind=Approval.Kind.COMPENSATION, status="pending").first()
+        pending = open_requests.get("pending")
         approval = pending or Approval.objects.create(
             kind=Approval.Kind.COMPENSATION, run=run, stage=run.current_stage, action=plan,
             action_digest=digest(plan), policy_version=run.workflow.policy_version,

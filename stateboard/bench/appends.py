@@ -10,7 +10,6 @@ import json
 import math
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -195,11 +194,11 @@ def web_server(db_name: str, say: Out, server: str | None = None, **env_extra: s
     import requests
     from django.conf import settings
 
-    from stateboard.webserver import web_command, web_server as default_server
+    from stateboard.webserver import processes_stop, server_name, web_command
 
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    server = server or default_server()
+    server = server or server_name()
     cmd = web_command(sys.executable, f"127.0.0.1:{port}", server)
     env = dict(os.environ)
     env.update(DATABASE_URL=database_url(db_name), DEBUG="0", ALLOWED_HOSTS="127.0.0.1",
@@ -228,13 +227,7 @@ def web_server(db_name: str, say: Out, server: str | None = None, **env_extra: s
         say(f"{server} up: {' '.join(cmd[3:])} (DEBUG off, DB_POOL={pool}), log {log_path}")
         yield base
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        processes_stop([proc], wait=20)
         say(f"{server} stopped")
 
 

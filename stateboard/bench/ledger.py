@@ -153,9 +153,9 @@ def _throughput(report: Report, say: Out, *, reps: int, duration: float, clients
 
 def _http(report: Report, say: Out, *, db_name: str, reps: int, duration: float, clients: int) -> None:
     from ledger.identities import agent_create
-    from stateboard.webserver import SERVERS, web_server
+    from stateboard.webserver import SERVERS, server_name
 
-    server = web_server()
+    server = server_name()
     other = next(name for name in SERVERS if name != server)
     say("")
     say(f"== the HTTP API ({server} as `up` starts it, {clients} client processes, each on one keep-alive "
@@ -181,9 +181,9 @@ def _http(report: Report, say: Out, *, db_name: str, reps: int, duration: float,
         duplicate = agentpath.measure_duplicate_trigger(base, token, LATENCY_SAMPLES)
         say(f"  1 client, {LATENCY_SAMPLES} plain appends: p50 {latency['p50']:.2f} ms, p95 {latency['p95']:.2f} ms; "
             f"duplicate trigger p50 {duplicate['p50']:.2f} ms, p95 {duplicate['p95']:.2f} ms")
-    for key, env, label in (("hplain_nopoolN", {"DB_POOL": "0"}, "pool off (CONN_MAX_AGE)"),
-                            ("hplain_otherN", {"server": other, "DB_POOL": "1"}, f"served by {other}")):
-        with appends.web_server(db_name, say, **env) as base:
+    for key, served_by, pool, label in (("hplain_nopoolN", server, "0", "pool off (CONN_MAX_AGE)"),
+                                        ("hplain_otherN", other, "1", f"served by {other}")):
+        with appends.web_server(db_name, say, served_by, DB_POOL=pool) as base:
             for rep in range(1, reps + 1):
                 raw = measure_raw(clients, duration).rate
                 series["rawN"].append(raw)

@@ -1,6 +1,5 @@
 """Run the whole product: migrate, then web + Celery worker + beat (and the demo fleet) until Ctrl-C."""
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -11,7 +10,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from stateboard.webserver import web_command
+from stateboard.webserver import processes_stop, web_command
 
 
 def _local(host: str) -> str:
@@ -90,16 +89,7 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("Stopping…")
         finally:
-            for child in children.values():
-                if child.poll() is None:
-                    child.send_signal(signal.SIGTERM)
-            for child in children.values():
-                try:
-                    child.wait(timeout=15)
-                except subprocess.TimeoutExpired:  # the group: a server's workers outlive their parent's SIGKILL
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(child.pid, signal.SIGKILL)
-                    child.wait(timeout=10)
+            processes_stop(list(children.values()), wait=15)
 
     def _demo_once(self, command, env):
         """`up --check`: one demo pass against the server just started; its check decides the exit."""
