@@ -210,6 +210,12 @@ class Measure:
     ops: int
     seconds: float
     extra: dict = field(default_factory=dict)
+    client_cpu: float = 0.0  # CPU seconds the clients themselves spent in their timed loops
+
+    @property
+    def client_cpu_ms(self) -> float:
+        """The clients' own CPU per operation: the load generator's share of the machine."""
+        return 1000 * self.client_cpu / self.ops if self.ops else 0.0
 
     @property
     def rate(self) -> float:
@@ -217,9 +223,11 @@ class Measure:
 
 
 def _client_loop(i: int, prepare, step, duration: float, cleanup, wait) -> tuple:
-    """One client: untimed ``prepare``, then ``step`` until ``duration`` has passed; (count, start, end, extra)."""
+    """One client: untimed ``prepare``, then ``step`` until ``duration`` has passed;
+    (count, start, end, extra, CPU seconds of the timed loop)."""
     ctx = prepare(i)
     wait()
+    cpu = time.process_time()
     start = time.perf_counter()
     deadline, done = start + duration, 0
     while True:
@@ -230,7 +238,8 @@ def _client_loop(i: int, prepare, step, duration: float, cleanup, wait) -> tuple
         now = time.perf_counter()
         if now >= deadline:
             break
-    return done, start, now, (cleanup(ctx) if cleanup is not None else None)
+    cpu = time.process_time() - cpu
+    return done, start, now, (cleanup(ctx) if cleanup is not None else None), cpu
 
 
 def run_clients(n: int, prepare, step, duration: float, cleanup=None) -> Measure:
@@ -244,12 +253,12 @@ def run_clients(n: int, prepare, step, duration: float, cleanup=None) -> Measure
     """
     if n == 1:
         try:
-            done, start, end, extra = _client_loop(0, prepare, step, duration, cleanup, lambda: None)
+            done, start, end, extra, cpu = _client_loop(0, prepare, step, duration, cleanup, lambda: None)
         except BaseException:
             raise BenchError("A benchmark client failed:\n" + traceback.format_exc())
         finally:
             close_django_connections()
-        return Measure(done, end - start, dict(extra or {}))
+        return Measure(done, end - start, dict(extra or {}), cpu)
 
     import multiprocessing
 
@@ -282,11 +291,11 @@ def run_clients(n: int, prepare, step, duration: float, cleanup=None) -> Measure
         raise BenchError("A benchmark client failed:\n" + errors[0])
     loops = [detail for _, detail in outcomes]
     extra: dict = {}
-    for *_, item in loops:
+    for *_, item, _ in loops:
         for key, value in (item or {}).items():
             extra[key] = extra.get(key, 0) + value
-    span = max(end for _, _, end, _ in loops) - min(start for _, start, _, _ in loops)
-    return Measure(sum(done for done, *_ in loops), span, extra)
+    span = max(loop[2] for loop in loops) - min(loop[1] for loop in loops)
+    return Measure(sum(loop[0] for loop in loops), span, extra, sum(loop[4] for loop in loops))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -159,10 +159,11 @@ def _http(report: Report, say: Out, *, db_name: str, reps: int, duration: float,
     other = next(name for name in SERVERS if name != server)
     say("")
     say(f"== the HTTP API ({server} as `up` starts it, {clients} client processes, each on one keep-alive "
-        "http.client connection to 127.0.0.1) ==")
+        "HTTP/1.1 connection to 127.0.0.1) ==")
     _, token = agent_create(name=f"bench-http-{uuid.uuid4().hex[:6]}")
     keys = ("rawN", "httpN", "hplainN", "hbatchN", "hfloorN", "hplain_nopoolN", "hplain_otherN")
     series = {k: [] for k in keys}
+    client_cpu = {"rawN": [], "hplainN": []}
     guess = 100.0
     with appends.web_server(db_name, say, DB_POOL="1") as base:
         for rep in range(1, reps + 1):
@@ -174,9 +175,12 @@ def _http(report: Report, say: Out, *, db_name: str, reps: int, duration: float,
             guess = m["httpN"].rate / clients
             for key, value in m.items():
                 series[key].append(value.rate)
+            for key in client_cpu:
+                client_cpu[key].append(m[key].client_cpu_ms)
             say(f"  rep {rep}: raw {m['rawN'].rate:,.0f}/s x{clients} | HTTP stream {m['httpN'].rate:,.0f}/s | "
                 f"HTTP plain {m['hplainN'].rate:,.0f}/s | HTTP batch of {agentpath.BATCH_SIZE} "
-                f"{m['hbatchN'].rate:,.0f} events/s | GET /healthz {m['hfloorN'].rate:,.0f}/s")
+                f"{m['hbatchN'].rate:,.0f} events/s | GET /healthz {m['hfloorN'].rate:,.0f}/s | clients' own CPU "
+                f"per call: raw {m['rawN'].client_cpu_ms:.3f} ms, HTTP plain {m['hplainN'].client_cpu_ms:.3f} ms")
         latency = agentpath.measure_http_latency(base, token, LATENCY_SAMPLES)
         duplicate = agentpath.measure_duplicate_trigger(base, token, LATENCY_SAMPLES)
         say(f"  1 client, {LATENCY_SAMPLES} plain appends: p50 {latency['p50']:.2f} ms, p95 {latency['p95']:.2f} ms; "
@@ -200,6 +204,10 @@ def _http(report: Report, say: Out, *, db_name: str, reps: int, duration: float,
         report.add(Row(f"{label}, {clients} clients", rate(med[key]), f"raw x{clients} {rate(med['rawN'])}",
                        f"{share:.3f}x", f">= {TARGET_HTTP_APPEND:.2f}x" if target else "(info)",
                        verdict(share >= TARGET_HTTP_APPEND) if target else ""))
+    raw_cpu, http_cpu = median(client_cpu["rawN"]), median(client_cpu["hplainN"])
+    report.figures.update(raw_client_cpu_ms=raw_cpu, hplain_client_cpu_ms=http_cpu)
+    report.add(Row("load generator: clients' own CPU per call (raw / HTTP plain)", f"{raw_cpu:.3f} / {http_cpu:.3f} ms",
+                   "", "", "(info)", ""))
     share = ratio(med["hfloorN"], med["rawN"])
     report.figures["hfloorN_ratio"] = share
     report.add(Row(f"web tier floor: GET /healthz (SELECT 1 + Redis PING), {clients} clients", rate(med["hfloorN"]),

@@ -36,6 +36,10 @@ def test_bench_ledger_prints_positive_figures(bench_command):
         assert _number(re.search(r"([\d,.]+)/s", baseline).group(1)) > 0, figure
         assert _number(ratio.removesuffix("x")) > 0, figure
 
+    raw_cpu, http_cpu = (_number(x) for x in re.findall(
+        r"[\d.]+", rows["load generator: clients' own CPU per call (raw / HTTP plain)"][0])[:2])
+    assert raw_cpu > 0 and http_cpu > 0
+
     decisions = [name for name in rows if name.startswith("recovery decision p50 / p95 at")]
     assert len(decisions) == 2
     for name in decisions:
