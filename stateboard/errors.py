@@ -7,6 +7,7 @@ from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from rest_framework import exceptions, status
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
@@ -114,6 +115,19 @@ class StrictJSONParser(JSONParser):
         if not raw:
             return {}
         return decode_json_body(raw)
+
+
+class JSONFirstNegotiation(DefaultContentNegotiation):
+    """DRF's content negotiation, answered at once for what agents send (no ``Accept``, ``*/*``, or the
+    first renderer's own media type, with no ``?format=``): the first renderer, as DRF would choose it.
+    Anything else is negotiated by DRF as before (an unmet ``Accept`` still answers 406)."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        first = renderers[0] if renderers else None
+        if (first is not None and not format_suffix and not request.META.get("QUERY_STRING")
+                and request.META.get("HTTP_ACCEPT", "*/*") in ("*/*", first.media_type)):
+            return first, first.media_type
+        return super().select_renderer(request, renderers, format_suffix)
 
 
 class BodySizeLimitMiddleware:
