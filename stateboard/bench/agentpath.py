@@ -161,8 +161,8 @@ def statements_counted():
     raw: list = []
     original = sql._cursor
 
-    def counting(*, write_path: bool = True):
-        cursor = original(write_path=write_path)
+    def counting(*, write_path: bool = True, db=None):
+        cursor = original(write_path=write_path, db=db)
         return _CountingCursor(cursor, raw) if write_path else cursor
 
     counted: list = []
