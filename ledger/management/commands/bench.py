@@ -1,4 +1,4 @@
-"""``python manage.py bench ledger|knowledge|sweeps``: print throughput and latency figures
+"""``python manage.py bench ledger|knowledge|sweeps|pages|agents|instructions``: print throughput and latency figures
 (the benchmarks live in ``stateboard.bench``).
 
 The ledger bench needs PostgreSQL. It creates its own scratch database on the same
@@ -25,11 +25,14 @@ class Command(BaseCommand):
         "100,000 rows each (--scale scales them), with rows/s and the longest lock-holding batch, and 10,000 "
         "queued runs leased by 4 agents beside raw SKIP LOCKED; 'pages' the operator pages' p50/p95 server "
         "time and statements with 100,000 runs / 1,000,000 events loaded; 'agents' full runs/s of the Python "
-        "client over HTTP beside the raw HTTP append, and the resume packet p50/p95 with 10,000 claims in scope."
+        "client over HTTP beside the raw HTTP append, and the resume packet p50/p95 with 10,000 claims in scope; "
+        "'instructions' (needs valgrind) the CPU instructions the client process spends per append, through the "
+        "service layer and through the HTTP stack, beside a raw psycopg INSERT + COMMIT, counted by callgrind: "
+        "figures that do not move with the machine's load."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("target", choices=["ledger", "knowledge", "sweeps", "pages", "agents"], help="what to benchmark")
+        parser.add_argument("target", choices=["ledger", "knowledge", "sweeps", "pages", "agents", "instructions"], help="what to benchmark")
         parser.add_argument("--scale", type=float, default=1.0,
                             help="scale the data sizes (1.0: 1,000,000 events / 100,000 runs; tests use 0.001)")
         parser.add_argument("--skip-http", action="store_true", help="ledger: skip the HTTP API figures")
@@ -43,9 +46,11 @@ class Command(BaseCommand):
         parser.add_argument("--duration", type=float, default=3.0,
                             help="ledger: seconds per throughput measurement")
         parser.add_argument("--clients", type=int, default=4, help="ledger: concurrent clients (threads)")
+        parser.add_argument("--ops", type=int, default=300,
+                            help="instructions: operations counted per loop (after a warm-up of 50)")
 
     def handle(self, *args, **options):
-        from stateboard.bench import agents, knowledge, ledger, pages, sweeps
+        from stateboard.bench import agents, instructions, knowledge, ledger, pages, sweeps
         from stateboard.bench.common import BenchError, Out, scratch_database
 
         try:
@@ -53,6 +58,17 @@ class Command(BaseCommand):
                 bench = {"knowledge": knowledge, "sweeps": sweeps, "pages": pages}[options["target"]]
                 with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
                     bench.run(out=self.stdout, scale=options["scale"])
+                return
+            if options["target"] == "instructions":
+                if options["ops"] < 1:
+                    raise CommandError("--ops must be positive.")
+                from django.db import connection
+
+                if connection.vendor != "postgresql":
+                    raise CommandError("The instruction count runs on PostgreSQL only (the hot path it counts is "
+                                       "PostgreSQL's): set DATABASE_URL=postgres://USER@HOST:5432/DBNAME.")
+                with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
+                    instructions.run(out=self.stdout, db_name=options["db_name"], ops=options["ops"])
                 return
             if options["scale"] <= 0:
                 raise CommandError("--scale must be positive.")

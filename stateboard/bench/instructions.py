@@ -1,0 +1,155 @@
+"""CPU instructions per operation in the client process, counted by valgrind's callgrind: a figure that
+does not move with the machine's load (the same code gives the same count to within ~0.1 %, where
+throughput on a shared two-core machine drifts by a third within an hour).
+
+One child process under callgrind, against the scratch database: a raw psycopg INSERT + COMMIT (the
+baseline), an append through the service layer, and the same append through the HTTP stack in-process
+(Django's WSGI handler, middleware, DRF, the token check: everything a web worker runs for it, without
+the server's socket work). Each loop is counted on its own (``callgrind_control`` zeroes the counters
+before it and dumps them after). The database server's own work is not counted: the throughput figures
+of ``bench ledger`` measure that.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from stateboard.bench.common import BenchError, Out, database_url
+
+LOOPS = ("raw", "service", "http")
+WARMUP = 50
+
+
+def run(*, out, db_name: str, ops: int = 300) -> dict:
+    """Count the three loops (``ops`` operations each) and print instructions per operation."""
+    from django.conf import settings
+
+    from ledger import services
+    from ledger.identities import agent_create
+    from stateboard.bench.appends import STREAM_STAGES, _service_trigger, stream_workflow
+    from stateboard.roles import actor_for
+
+    say = Out(out)
+    valgrind, control = shutil.which("valgrind"), shutil.which("callgrind_control")
+    if not valgrind or not control:
+        raise BenchError("The instruction count needs valgrind (with callgrind_control) on PATH: "
+                         "apt-get install valgrind.")
+    stream_workflow()
+    agent, token = agent_create(name=f"bench-instr-{uuid.uuid4().hex[:6]}")
+    actor = actor_for(agent.user)
+    runs = {}
+    for loop in ("service", "http"):
+        runs[loop] = str(_service_trigger(actor))
+        services.event_append(run_id=runs[loop], body={"stage": STREAM_STAGES[0], "kind": "started"}, actor=actor)
+    with tempfile.TemporaryDirectory(prefix="stateboard-callgrind-") as tmp:
+        spec = Path(tmp) / "spec.json"
+        spec.write_text(json.dumps({"ops": ops, "actor": actor, "token": token, "runs": runs,
+                                    "control": control}))
+        env = dict(os.environ, DATABASE_URL=database_url(db_name), DJANGO_SETTINGS_MODULE="stateboard.settings",
+                   DEBUG="0", ALLOWED_HOSTS="127.0.0.1", PYTHONHASHSEED="0", LOG_LEVEL="WARNING",
+                   SECRET_KEY=os.environ.get("SECRET_KEY") or "bench-instructions")
+        say(f"callgrind: {len(LOOPS)} loops of {ops} operations each in one process (about a minute) ...")
+        started = time.perf_counter()
+        result = subprocess.run(
+            [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out", sys.executable, "-m",
+             "stateboard.bench.instructions", str(spec)],
+            cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=1800)
+        if result.returncode != 0:
+            raise BenchError(f"the callgrind run failed ({result.returncode}):\n{result.stderr[-3000:]}")
+        counts = _dumped_counts(Path(tmp))
+    missing = [loop for loop in LOOPS if loop not in counts]
+    if missing:
+        raise BenchError(f"callgrind wrote no counts for {missing}; its output:\n{result.stderr[-2000:]}")
+    per_op = {loop: counts[loop] / ops for loop in LOOPS}
+    say(f"  ({time.perf_counter() - started:.0f} s)")
+    say("  client-process instructions per operation (the database server's work not counted):")
+    for loop, label in (("raw", "raw psycopg INSERT + COMMIT"), ("service", "append, service layer, plain"),
+                        ("http", "append, HTTP stack in-process, plain")):
+        say(f"    {label:40s} {per_op[loop]:>12,.0f}   raw / this {per_op['raw'] / per_op[loop]:.3f}x")
+    return per_op
+
+
+def _dumped_counts(folder: Path) -> dict:
+    """{loop: instructions} from the dumps the child asked for (``callgrind_control -d <loop>``)."""
+    counts = {}
+    for path in folder.glob("cg.out*"):
+        text = path.read_text(errors="replace")
+        trigger = re.search(r"^desc: Trigger: Client Request: (\w+)|^desc: Trigger: dump (\w+)", text, re.M)
+        total = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+        if trigger and total:
+            counts[trigger.group(1) or trigger.group(2)] = int(total.group(1))
+    return counts
+
+
+# ---------------------------------------------------------------- the child, under callgrind
+
+def _wsgi_post(application, path: str, token: str, body: dict) -> tuple[str, bytes]:
+    data = json.dumps(body).encode()
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": path, "QUERY_STRING": "", "SERVER_NAME": "127.0.0.1",
+               "SERVER_PORT": "8000", "HTTP_HOST": "127.0.0.1", "wsgi.url_scheme": "http",
+               "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.input": io.BytesIO(data), "CONTENT_LENGTH": str(len(data)),
+               "CONTENT_TYPE": "application/json", "HTTP_AUTHORIZATION": f"Token {token}",
+               "REMOTE_ADDR": "127.0.0.1", "wsgi.errors": sys.stderr}
+    answer = {}
+    response = application(environ, lambda status, headers, exc_info=None: answer.update(status=status))
+    content = b"".join(response)
+    response.close()
+    return answer["status"], content
+
+
+def _child(spec_path: str) -> None:
+    import django
+
+    django.setup()
+    from ledger import services
+    from stateboard.bench.appends import STREAM_STAGES, plain_body
+    from stateboard.bench.common import raw_connect
+    from stateboard.wsgi import application
+
+    spec = json.loads(Path(spec_path).read_text())
+    ops, actor, token, runs, control = spec["ops"], spec["actor"], spec["token"], spec["runs"], spec["control"]
+    raw = raw_connect()
+    raw.execute("CREATE TEMPORARY TABLE bench_instr_raw (id bigserial PRIMARY KEY, run uuid NOT NULL, "
+                "seq integer NOT NULL, at timestamptz NOT NULL DEFAULT now(), kind varchar(30) NOT NULL, "
+                "data jsonb NOT NULL, hash varchar(64) NOT NULL)")
+    raw.commit()
+    raw_run, raw_seq = uuid.uuid4(), iter(range(1, 10**9))
+
+    def raw_insert():
+        raw.execute("INSERT INTO bench_instr_raw (run, seq, kind, data, hash) VALUES (%s, %s, %s, %s, %s)",
+                    (raw_run, next(raw_seq), "proposed", '{"note": "raw"}', "0" * 64))
+        raw.commit()
+
+    def service_append():
+        services.event_append(run_id=runs["service"], body=plain_body(STREAM_STAGES[0]), actor=actor)
+
+    path = f"/api/v1/runs/{runs['http']}/events/"
+
+    def http_append():
+        status, content = _wsgi_post(application, path, token, plain_body(STREAM_STAGES[0]))
+        if not status.startswith("201"):
+            raise SystemExit(f"the HTTP append answered {status}: {content[:300]!r}")
+
+    pid = str(os.getpid())
+    for loop, step in (("raw", raw_insert), ("service", service_append), ("http", http_append)):
+        for _ in range(WARMUP):
+            step()
+        subprocess.run([control, "-z", pid], check=True, capture_output=True)
+        for _ in range(ops):
+            step()
+        subprocess.run([control, "-d", loop, pid], check=True, capture_output=True)
+    raw.close()
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])
