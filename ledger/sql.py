@@ -160,12 +160,12 @@ def write_transaction():
 
 
 @functools.cache
-def _insert_sql(model, rows: int, skip_conflicts: bool, vendor: str) -> tuple[str, tuple]:
+def _insert_sql(model, rows: int, skip_conflicts: bool, vendor: str, returning: tuple = ("id",)) -> tuple[str, tuple]:
     fields = tuple(f for f in model._meta.concrete_fields if not (f.primary_key and _auto_pk(model)))
     row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     conflict = " ON CONFLICT DO NOTHING" if skip_conflicts else ""
     sql = (f"INSERT INTO {_quote(model._meta.db_table)} ({', '.join(_quote(f.column) for f in fields)}) "
-           f"VALUES {', '.join([row] * rows)}{conflict} RETURNING {_quote('id')}")
+           f"VALUES {', '.join([row] * rows)}{conflict} RETURNING {', '.join(_quote(c) for c in returning)}")
     return sql, fields
 
 
@@ -173,11 +173,12 @@ def _auto_pk(model) -> bool:
     return model._meta.pk.get_internal_type() in ("AutoField", "BigAutoField", "SmallAutoField")
 
 
-def insert_statement(model, objects: list, *, skip_conflicts: bool = False, db=None) -> tuple[str, list]:
-    """A multi-row INSERT … RETURNING id for ``objects`` (an auto primary key comes from the database,
-    any other, like a run's UUID, from the objects)."""
+def insert_statement(model, objects: list, *, skip_conflicts: bool = False, db=None,
+                     returning: tuple = ("id",)) -> tuple[str, list]:
+    """A multi-row INSERT … RETURNING id (or the ``returning`` columns) for ``objects`` (an auto primary
+    key comes from the database, any other, like a run's UUID, from the objects)."""
     db = db or _db()
-    sql, fields = _insert_sql(model, len(objects), skip_conflicts, db.vendor)
+    sql, fields = _insert_sql(model, len(objects), skip_conflicts, db.vendor, returning)
     params = [f.get_db_prep_save(getattr(obj, f.attname), db) for obj in objects for f in fields]
     return sql, params
 
@@ -225,15 +226,37 @@ def rows_insert(model, objects: list, *, skip_conflicts: bool = False) -> int:
     return len(ids)
 
 
+# A run's counters repeat its last event's own columns; in the one-statement write they are read from
+# the inserted row instead of being sent (and bound) a second time.
+_RUN_FROM_LAST_EVENT = {"event_count": "seq", "last_hash": "hash", "updated_at": "at"}
+_LAST_EVENT = "last_event"
+
+
 @functools.cache
-def _run_update_sql(changed: tuple[str, ...], vendor: str) -> tuple[str, tuple]:
-    fields = tuple(Run._meta.get_field(name) for name in changed)
-    assignments = ", ".join(f"{_quote(f.column)} = %s" for f in fields)
-    return f"UPDATE {_quote(Run._meta.db_table)} SET {assignments} WHERE {_quote('id')} = %s", fields
+def _run_update_sql(changed: tuple[str, ...], vendor: str, from_last: tuple[str, ...] = ()) -> tuple[str, tuple]:
+    """UPDATE of the run's ``changed`` columns; those in ``from_last`` are taken from the last row of the
+    ``inserted`` CTE (the statement's events), the others are parameters."""
+    fields = tuple(Run._meta.get_field(name) for name in changed if name not in from_last)
+    assignments = [f"{_quote(f.column)} = %s" for f in fields]
+    assignments += [f"{_quote(Run._meta.get_field(name).column)} = {_LAST_EVENT}.{_quote(_RUN_FROM_LAST_EVENT[name])}"
+                    for name in from_last]
+    table = _quote(Run._meta.db_table)
+    source = ""
+    if from_last:
+        columns = ", ".join(_quote(_RUN_FROM_LAST_EVENT[name]) for name in from_last)
+        source = f" FROM (SELECT {columns} FROM inserted ORDER BY {_quote('seq')} DESC LIMIT 1) {_LAST_EVENT}"
+    return f"UPDATE {table} SET {', '.join(assignments)}{source} WHERE {table}.{_quote('id')} = %s", fields
 
 
-def _run_update_statement(run: Run, changed: list[str], db) -> tuple[str, list]:
-    sql, fields = _run_update_sql(tuple(changed), db.vendor)
+def _returning_for(from_last: tuple[str, ...]) -> tuple[str, ...]:
+    """What the events' INSERT returns: the ids, and for ``from_last`` the seq and the columns it copies."""
+    if not from_last:
+        return ("id",)
+    return tuple(dict.fromkeys(("id", "seq", *(_RUN_FROM_LAST_EVENT[name] for name in from_last))))
+
+
+def _run_update_statement(run: Run, changed: list[str], db, from_last: tuple[str, ...] = ()) -> tuple[str, list]:
+    sql, fields = _run_update_sql(tuple(changed), db.vendor, from_last)
     params = [f.get_db_prep_save(getattr(run, f.attname), db) for f in fields]
     return sql, [*params, Run._meta.pk.get_db_prep_value(run.pk, db)]
 
@@ -246,13 +269,17 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
     the statement may carry its COMMIT (``write_transaction``)."""
     db = _db()
     if events and changed:
-        insert_sql, params = insert_statement(LedgerEvent, events, db=db)
+        last = events[-1]
+        from_last = tuple(name for name in changed if name in _RUN_FROM_LAST_EVENT
+                          and getattr(run, name) == getattr(last, _RUN_FROM_LAST_EVENT[name]))
+        insert_sql, params = insert_statement(LedgerEvent, events, db=db,
+                                              returning=_returning_for(from_last))
         ctes = [f"inserted AS ({insert_sql})"]
         if checkpoints:
             checkpoint_sql, checkpoint_params = insert_statement(Checkpoint, list(checkpoints), db=db)
             ctes.append(f"checkpoints AS ({checkpoint_sql})")
             params += checkpoint_params
-        update_sql, update_params = _run_update_statement(run, changed, db)
+        update_sql, update_params = _run_update_statement(run, changed, db, from_last)
         returning = "(SELECT array_agg(id) FROM inserted)" + (
             ", (SELECT array_agg(id) FROM checkpoints)" if checkpoints else "")
         with _cursor(db=db) as cursor:
