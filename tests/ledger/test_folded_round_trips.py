@@ -155,3 +155,16 @@ def test_a_trigger_whose_insert_the_database_refuses_looks_again_after_the_rollb
         with connection.cursor() as cursor:
             cursor.execute("DROP TRIGGER test_refuse_run ON ledger_run")
             cursor.execute("DROP FUNCTION test_refuse_run()")
+
+
+def test_the_run_counters_come_from_the_last_event_written_with_them(run):
+    """The write reads the run's event_count, last_hash and updated_at from the inserted last event (they are
+    not sent twice): after one append and after a batch, the stored run repeats its last event's columns."""
+    services.event_append(run_id=run.id, body=_body(), actor=ACTOR)
+    services.events_append(run_id=run.id, bodies=[_body(), _body(), _body()], actor=ACTOR)
+    stored = Run.objects.get(id=run.id)
+    events = list(LedgerEvent.objects.filter(run_id=run.id).order_by("seq"))
+    last = events[-1]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert (stored.event_count, stored.last_hash, stored.updated_at) == (last.seq, last.hash, last.at)
+    assert services.chain_verify(run=stored)["ok"]
