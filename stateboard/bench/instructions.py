@@ -1,5 +1,5 @@
 """CPU instructions per operation in the client process, counted by valgrind's callgrind: a figure that
-does not move with the machine's load (the same code gives the same count to within ~0.1 %, where
+does not move with the machine's load (the same code gives the same count to within about half a per cent, where
 throughput on a shared two-core machine drifts by a third within an hour).
 
 One child process under callgrind, against the scratch database: a raw psycopg INSERT + COMMIT (the
@@ -111,24 +111,22 @@ def _child(spec_path: str) -> None:
     import django
 
     django.setup()
-    from ledger import services
-    from stateboard.bench.appends import STREAM_STAGES, plain_body
-    from stateboard.bench.common import raw_connect
+    from stateboard.bench.common import _RawWriter, raw_table
     from stateboard.wsgi import application
 
     spec = json.loads(Path(spec_path).read_text())
     ops, actor, token, runs, control = spec["ops"], spec["actor"], spec["token"], spec["runs"], spec["control"]
-    raw = raw_connect()
-    raw.execute("CREATE TEMPORARY TABLE bench_instr_raw (id bigserial PRIMARY KEY, run uuid NOT NULL, "
-                "seq integer NOT NULL, at timestamptz NOT NULL DEFAULT now(), kind varchar(30) NOT NULL, "
-                "data jsonb NOT NULL, hash varchar(64) NOT NULL)")
-    raw.commit()
-    raw_run, raw_seq = uuid.uuid4(), iter(range(1, 10**9))
+    with raw_table() as table:  # the same INSERT + COMMIT as bench ledger's raw baseline
+        raw = _RawWriter(table, autocommit=False)
+        try:
+            _count_loops(control, raw.insert, runs, actor, token, application, ops)
+        finally:
+            raw.conn.close()
 
-    def raw_insert():
-        raw.execute("INSERT INTO bench_instr_raw (run, seq, kind, data, hash) VALUES (%s, %s, %s, %s, %s)",
-                    (raw_run, next(raw_seq), "proposed", '{"note": "raw"}', "0" * 64))
-        raw.commit()
+
+def _count_loops(control: str, raw_insert, runs: dict, actor: str, token: str, application, ops: int) -> None:
+    from ledger import services
+    from stateboard.bench.appends import STREAM_STAGES, plain_body
 
     def service_append():
         services.event_append(run_id=runs["service"], body=plain_body(STREAM_STAGES[0]), actor=actor)
@@ -148,7 +146,6 @@ def _child(spec_path: str) -> None:
         for _ in range(ops):
             step()
         subprocess.run([control, "-d", loop, pid], check=True, capture_output=True)
-    raw.close()
 
 
 if __name__ == "__main__":
