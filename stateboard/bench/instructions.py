@@ -84,10 +84,10 @@ def _dumped_counts(folder: Path) -> dict:
     counts = {}
     for path in folder.glob("cg.out*"):
         text = path.read_text(errors="replace")
-        trigger = re.search(r"^desc: Trigger: Client Request: (\w+)|^desc: Trigger: dump (\w+)", text, re.M)
+        trigger = re.search(r"^desc: Trigger: dump (\w+)", text, re.M)  # callgrind_control -d <loop>
         total = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
         if trigger and total:
-            counts[trigger.group(1) or trigger.group(2)] = int(total.group(1))
+            counts[trigger.group(1)] = int(total.group(1))
     return counts
 
 
