@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 
 SERVERS = ("granian", "gunicorn")
 STOP_SECONDS = 10  # on SIGTERM, a worker still busy (a lease long-poll waits up to 30 s) is killed after this
@@ -57,14 +58,15 @@ def web_command(python: str, bind: str, server: str | None = None) -> list[str]:
 
 def processes_stop(processes, *, wait: float) -> None:
     """Stop processes started with ``start_new_session=True``: SIGTERM to each, then, for any still running
-    after ``wait`` seconds, SIGKILL to its whole process group (granian's workers, unlike gunicorn's, do
-    not exit when their parent is killed)."""
+    ``wait`` seconds later (one deadline for all of them), SIGKILL to its whole process group (granian's
+    workers, unlike gunicorn's, do not exit when their parent is killed)."""
     for process in processes:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + wait
     for process in processes:
         try:
-            process.wait(timeout=wait)
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             try:
                 os.killpg(process.pid, signal.SIGKILL)

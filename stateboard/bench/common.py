@@ -172,9 +172,16 @@ def database_url(name: str) -> str:
 
 @contextlib.contextmanager
 def scratch_database(name: str, say: Out, keep: bool):
-    """Create database ``name`` on the same server, migrate it, point Django at it; drop it after."""
+    """Create database ``name`` on the same server, migrate it, point Django at it; drop it after.
+    Every benchmark runs in one, so this is where a database other than PostgreSQL is refused."""
     from django.core.management import call_command
+    from django.db import connection
     from psycopg import sql
+
+    if connection.vendor != "postgresql":
+        raise BenchError(f"The benchmarks run on PostgreSQL only (the database here is {connection.vendor}). "
+                         "Set DATABASE_URL=postgres://USER@HOST:5432/DBNAME; each bench creates its own scratch "
+                         f"database ({name!r}) on that server and drops it at the end.")
 
     if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", name):
         raise BenchError(f"--db-name {name!r}: use lower-case letters, digits and underscores.")

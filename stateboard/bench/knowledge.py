@@ -221,10 +221,6 @@ class _Bench:
 
 def run(*, out, scale: float = 1.0) -> None:
     """Print the knowledge benchmark figures (see the module docstring)."""
-    if connection.vendor != "postgresql":
-        out.write("knowledge bench: needs PostgreSQL (COPY, real commits); DATABASE_URL is "
-                  f"{connection.vendor}.\n")
-        return
     bench = _Bench(out, scale)
     n_keys = max(100, int(100_000 * scale))
     n_propose = max(50, int(500 * scale))

@@ -12,7 +12,7 @@ anyway). Each figure is the median of ``reps`` repetitions:
   stages, every event with a ``client_event_id``) and a plain append (``proposed`` on an executing
   stage: one event, no transition, no checkpoint);
 - the same two streams through the HTTP API served as ``manage.py up`` serves it (``stateboard.webserver``:
-  granian, workers = cores, 4 threads; clients on keep-alive ``http.client`` connections), the same plain
+  granian, workers = cores, 4 threads; clients on keep-alive HTTP/1.1 connections), the same plain
   append with the pool off (persistent connections) and served by the other server (gunicorn), one
   client's p95, batches of 20 events and a duplicate trigger's p50 (the raw baseline is measured again
   beside each of the three servers started);
@@ -31,7 +31,7 @@ import uuid
 
 from stateboard.bench import agentpath, appends, decisions
 from stateboard.bench.appends import CALLS_PER_RUN, EFFECT_STAGES, STREAM_STAGES
-from stateboard.bench.common import (BenchError, Out, Report, Row, loadavg, measure_raw, median, rate, ratio,
+from stateboard.bench.common import (Out, Report, Row, loadavg, measure_raw, median, rate, ratio,
                                      raw_table, scratch_database, verdict)
 from stateboard.bench.loader import LedgerHistory
 
@@ -57,10 +57,6 @@ def run(*, out, scale: float = 1.0, skip_http: bool = False, skip_load: bool = F
     from django.db import connection
 
     say = Out(out)
-    if connection.vendor != "postgresql":
-        raise BenchError("The ledger benchmark runs on PostgreSQL only (the database here is "
-                         f"{connection.vendor}). Set DATABASE_URL=postgres://USER@HOST:5432/DBNAME; "
-                         f"the bench creates its own scratch database {db_name!r} on that server.")
     report = Report()
     debug_was = settings.DEBUG
     settings.DEBUG = False  # query logging would slow every service call

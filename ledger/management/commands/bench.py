@@ -62,11 +62,6 @@ class Command(BaseCommand):
             if options["target"] == "instructions":
                 if options["ops"] < 1:
                     raise CommandError("--ops must be positive.")
-                from django.db import connection
-
-                if connection.vendor != "postgresql":
-                    raise CommandError("The instruction count runs on PostgreSQL only (the hot path it counts is "
-                                       "PostgreSQL's): set DATABASE_URL=postgres://USER@HOST:5432/DBNAME.")
                 with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
                     instructions.run(out=self.stdout, db_name=options["db_name"], ops=options["ops"])
                 return
