@@ -6,7 +6,6 @@ per-process cache, and the request's first statement — the run's locking read 
 anything is written, and the request is authenticated afresh (401 / 403, or on with the new roles).
 """
 
-import copy
 import secrets
 import threading
 import time
@@ -28,14 +27,25 @@ def _cache_get(key_hash: str):
     entry = _cache.get(key_hash)
     if entry is None or time.monotonic() - entry[0] > TOKEN_CACHE_SECONDS:
         return None
-    return copy.copy(entry[1]), entry[2]  # each request its own user object
+    return _model_copy(entry[1]), entry[2]  # each request its own user object
+
+
+def _model_copy(instance):
+    """What ``copy.copy`` gives for a model instance (its ``__getstate__``: the fields and a copy of its
+    ``_state``), without the pickling protocol's detour through the app registry and version checks."""
+    clone = object.__new__(type(instance))
+    state = instance.__getstate__()
+    for attr, value in state.pop("_memoryview_attrs", ()):
+        state[attr] = memoryview(value)
+    clone.__dict__.update(state)
+    return clone
 
 
 def _cache_put(key_hash: str, user, group_names) -> None:
     with _cache_lock:
         if len(_cache) >= TOKEN_CACHE_SIZE:
             _cache.clear()
-        _cache[key_hash] = (time.monotonic(), copy.copy(user), frozenset(group_names))
+        _cache[key_hash] = (time.monotonic(), _model_copy(user), frozenset(group_names))
 
 
 def token_forget(key_hash: str) -> None:

@@ -22,23 +22,17 @@ def digest(value: Any) -> str:
     return sha256_hex(canonical_json(value))
 
 
-def jsonb_normalize(value: Any) -> Any:
-    """Numbers as PostgreSQL's jsonb gives them back, so what is hashed is what is stored.
+def jsonb_float(value: float) -> float | int:
+    """A number as PostgreSQL's jsonb gives it back, so what is hashed is what is stored.
 
     jsonb keeps the decimal digits of a number, not a float: ``1e16`` comes back as the integer
     10000000000000000 and ``-0.0`` as ``0.0``. Non-finite numbers have no JSON form and raise ValueError.
-    """
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError("NaN and Infinity are not JSON numbers")
-        if value == 0:
-            return 0.0
-        text = repr(value)
-        if ("e" in text or "E" in text) and value.is_integer():
-            return int(decimal.Decimal(text))
-        return value
-    if isinstance(value, dict):
-        return {k: jsonb_normalize(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [jsonb_normalize(v) for v in value]
+    Request bodies are decoded with it as the JSON parser's ``parse_float`` (``stateboard.errors``)."""
+    if not math.isfinite(value):
+        raise ValueError("NaN and Infinity are not JSON numbers")
+    if value == 0:
+        return 0.0
+    text = repr(value)
+    if ("e" in text or "E" in text) and value.is_integer():
+        return int(decimal.Decimal(text))
     return value

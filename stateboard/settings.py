@@ -56,6 +56,10 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
+# Flash messages live in the session the pages already use: the default (cookie first) builds a cookie
+# signer on every request, API calls included (~2 % of an append's instructions, ``bench instructions``).
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
+
 ROOT_URLCONF = "stateboard.urls"
 WSGI_APPLICATION = "stateboard.wsgi.application"
 
