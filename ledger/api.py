@@ -181,9 +181,13 @@ class SeqCursor(CursorPagination):
 
 
 def _body(request) -> dict:
-    if not isinstance(request.data, dict):
+    return _json_object(request.data)
+
+
+def _json_object(data) -> dict:
+    if not isinstance(data, dict):
         raise Invalid("validation_error", "The body must be a JSON object.")
-    return request.data
+    return data
 
 
 def _validated(serializer_class, request):
@@ -381,15 +385,22 @@ class RunEventsApi(ListAPIView):
         return token_confirmed(self, request, functools.partial(self._append, request, run_id))
 
     def _append(self, request, run_id):
-        authorizers.may_append_event(request.user, run_id)
-        actor = actor_for(request.user)
-        if isinstance(request.data, list):  # a batch: all or nothing (API.md)
-            events, created = services.events_append(run_id=run_id, bodies=request.data, actor=actor)
-            body = [event_body(event) for event in events]
-        else:
-            event, created = services.event_append(run_id=run_id, body=_body(request), actor=actor)
-            body = event_body(event)
-        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        body, status_code = append_answer(request.user, run_id, request.data)
+        return Response(body, status=status_code)
+
+
+def append_answer(user, run_id, data) -> tuple[dict | list, int]:
+    """What ``POST /runs/{id}/events/`` answers for a decoded body, one event or a batch (all or nothing,
+    API.md): (body, status). Both the view above and ``ledger.fastpath`` answer with it."""
+    authorizers.may_append_event(user, run_id)
+    actor = actor_for(user)
+    if isinstance(data, list):
+        events, created = services.events_append(run_id=run_id, bodies=data, actor=actor)
+        body = [event_body(event) for event in events]
+    else:
+        event, created = services.event_append(run_id=run_id, body=_json_object(data), actor=actor)
+        body = event_body(event)
+    return body, status.HTTP_201_CREATED if created else status.HTTP_200_OK
 
 
 class RunVerifyChainApi(APIView):

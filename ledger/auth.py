@@ -69,29 +69,46 @@ def token_revoke(*, key: str) -> bool:
                 .update(revoked_at=timezone.now()))
 
 
+def token_key_hash(header: bytes) -> str | None:
+    """The key hash of an ``Authorization: Token <key>`` (or ``Bearer``) header; None for another scheme.
+    A malformed token header raises AuthenticationFailed."""
+    header = header.split()
+    if not header or header[0].lower() not in (b"token", b"bearer"):
+        return None
+    if len(header) != 2:
+        raise exceptions.AuthenticationFailed("Malformed Authorization header: use 'Token <key>'.")
+    try:
+        key = header[1].decode("ascii")
+    except UnicodeDecodeError:
+        raise exceptions.AuthenticationFailed("Invalid token.")
+    return sha256_hex(key)
+
+
+def token_cached_user(key_hash: str):
+    """(user with its roles, the confirmation its request's first locking read owes) for a token in the
+    per-process cache, or None."""
+    cached = _cache_get(key_hash)
+    if cached is None:
+        return None
+    user, group_names = cached
+    roles_remember(user, group_names)
+    return user, sql.TokenConfirmation(key_hash, group_names)
+
+
 class HashedTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Token"
 
     def authenticate(self, request):
         from ledger.models import ApiToken
 
-        header = authentication.get_authorization_header(request).split()
-        if not header or header[0].lower() not in (b"token", b"bearer"):
+        key_hash = token_key_hash(authentication.get_authorization_header(request))
+        if key_hash is None:
             return None
-        if len(header) != 2:
-            raise exceptions.AuthenticationFailed("Malformed Authorization header: use 'Token <key>'.")
-        try:
-            key = header[1].decode("ascii")
-        except UnicodeDecodeError:
-            raise exceptions.AuthenticationFailed("Invalid token.")
-        key_hash = sha256_hex(key)
         view = (getattr(request, "parser_context", None) or {}).get("view")
         cacheable = sql.available() and request.method in getattr(view, "token_cached", ())
-        cached = _cache_get(key_hash) if cacheable else None
+        cached = token_cached_user(key_hash) if cacheable else None
         if cached is not None:
-            user, group_names = cached
-            roles_remember(user, group_names)
-            request._token_to_confirm = sql.TokenConfirmation(key_hash, group_names)
+            user, request._token_to_confirm = cached
             return user, key_hash
         if sql.available():  # token, user and roles in one statement (every API call)
             found = sql.token_user_read(key_hash)
@@ -114,12 +131,25 @@ class HashedTokenAuthentication(authentication.BaseAuthentication):
 def token_confirmed(view, request, call):
     """``call()`` with the request's cached token confirmed by its first locking read. If the token
     changed since it was cached, the request is authenticated and permitted afresh and ``call()`` runs
-    once more (nothing was written the first time). A refusal raised before any statement confirmed the
-    token is answered only once the token is confirmed by a read of its own."""
+    once more (nothing was written the first time)."""
     pending = getattr(request, "_token_to_confirm", None)
     if pending is None:
         return call()
     request._token_to_confirm = None
+    try:
+        return confirming(pending, call)
+    except sql.TokenChanged:
+        pass
+    token_forget(pending.key_hash)
+    request._authenticate()  # afresh: 401 if revoked
+    view.check_permissions(request)  # 403 if the role went
+    return call()
+
+
+def confirming(pending: sql.TokenConfirmation, call):
+    """``call()`` while ``pending`` waits for the locking read that confirms it. A refusal raised before
+    any statement confirmed the token is answered only once a read of its own confirmed it; a changed
+    token raises TokenChanged, always before anything was written."""
     reset = sql.token_to_confirm.set(pending)
     try:
         try:
@@ -133,11 +163,5 @@ def token_confirmed(view, request, call):
         if not pending.confirmed:  # every call made here reads the run first; a new path must too
             raise RuntimeError("a token served from the cache was never confirmed")
         return result
-    except sql.TokenChanged:
-        pass
     finally:
         sql.token_to_confirm.reset(reset)
-    token_forget(pending.key_hash)
-    request._authenticate()  # afresh: 401 if revoked
-    view.check_permissions(request)  # 403 if the role went
-    return call()

@@ -12,6 +12,7 @@ of ``bench ledger`` measure that.
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -142,6 +143,10 @@ def _count_loops(control: str, raw_insert, runs: dict, actor: str, token: str, a
     for loop, step in (("raw", raw_insert), ("service", service_append), ("http", http_append)):
         for _ in range(WARMUP):
             step()
+        # A full collection walks every object the process holds (tens of millions of instructions, at
+        # moments no loop chooses): collected here and the survivors frozen, a loop counts its own work.
+        gc.collect()
+        gc.freeze()
         subprocess.run([control, "-z", pid], check=True, capture_output=True)
         for _ in range(ops):
             step()
