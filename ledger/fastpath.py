@@ -31,10 +31,9 @@ from rest_framework.renderers import JSONRenderer
 
 from ledger import sql
 from ledger.auth import confirming, token_cached_user, token_forget, token_key_hash
-from stateboard.errors import DomainError, ParseFailed, Refused, decode_json_body
+from stateboard.errors import DomainError, ParseFailed, Refused, accepts_at_once, decode_json_body
 
 _JSON = "application/json"
-_ACCEPTED = ("*/*", _JSON)
 
 
 @functools.cache
@@ -77,7 +76,7 @@ class AppendFastPath:
         meta = request.META
         match = _route().fullmatch(request.path)
         content_type = meta.get("CONTENT_TYPE", "")
-        if (match is None or meta.get("QUERY_STRING") or meta.get("HTTP_ACCEPT", "*/*") not in _ACCEPTED
+        if (match is None or not accepts_at_once(meta, _JSON)
                 or not (content_type == _JSON or content_type.startswith(_JSON + ";"))):
             return None
         try:
