@@ -1,0 +1,49 @@
+"""``ledger.sql.from_row`` builds the instances of the hot reads as ``Model.from_db`` would: the same
+values, the same state, deferred fields still loaded on access, and ``Model.__init__`` itself whenever
+something listens to a model's init signals."""
+
+import pytest
+from django.db.models.signals import post_init
+
+from ledger import services, sql
+from ledger.models import Run, Workflow
+from tests.factories import make_workflow
+
+pytestmark = [pytest.mark.django_db, pytest.mark.skipif(not sql.available(), reason="PostgreSQL only")]
+
+
+def _fields(instance) -> dict:
+    return {k: v for k, v in instance.__dict__.items() if k != "_state"}
+
+
+@pytest.fixture
+def run_id():
+    wf = make_workflow(stages=["build", "test"])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, intent="i", inputs={"n": 1}, trigger="api",
+                                  trigger_key="k-1", actor="user:t")
+    return run.id
+
+
+def test_the_locked_read_gives_what_the_orm_gives(run_id):
+    run, _, _ = sql.run_lock_read(run_id, None, lock=False)
+    orm = Run.objects.select_related("workflow").defer("inputs").get(id=run_id)
+    assert _fields(run) == _fields(orm)
+    assert _fields(run.workflow) == {k: v for k, v in _fields(orm.workflow).items()}
+    assert (run._state.adding, run._state.db) == (orm._state.adding, orm._state.db) == (False, "default")
+    assert run.get_deferred_fields() == orm.get_deferred_fields() == {"inputs"}
+    assert run.inputs == {"n": 1}  # loaded on access, as for the ORM's instance
+
+
+def test_a_model_with_an_init_receiver_is_built_by_its_own_init(run_id):
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(type(instance))
+
+    post_init.connect(receiver, sender=Workflow)
+    try:
+        run, _, _ = sql.run_lock_read(run_id, None, lock=False)
+    finally:
+        post_init.disconnect(receiver, sender=Workflow)
+    assert seen == [Workflow]
+    assert run.workflow.stages == ["build", "test"]
