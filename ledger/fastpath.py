@@ -21,6 +21,7 @@ import re
 import uuid
 
 from django.conf import settings
+from django.core.exceptions import DisallowedHost, PermissionDenied
 from django.http import HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
@@ -60,9 +61,12 @@ class AppendFastPath:
     def __init__(self, get_response):
         self.get_response = get_response
         self.renderer = JSONRenderer()
-        # Of the middleware this skips, these two set headers on an API answer (X-Frame-Options,
-        # Content-Length); the middleware above this one (security headers) sees every answer anyway.
-        self.finish = [cls(get_response).process_response for cls in (XFrameOptionsMiddleware, CommonMiddleware)]
+        # Of the middleware this skips, CommonMiddleware checks the request (the Host against ALLOWED_HOSTS,
+        # refused user agents, redirects) and with XFrameOptionsMiddleware sets headers on the answer
+        # (Content-Length, X-Frame-Options); the rest do nothing to an API call. The middleware above
+        # this one (the body limit, the security headers) sees every request anyway.
+        self.common = CommonMiddleware(get_response)
+        self.finish = [XFrameOptionsMiddleware(get_response).process_response, self.common.process_response]
 
     def __call__(self, request):
         if request.method == "POST" and settings.API_APPEND_FAST_PATH and sql.available():
@@ -85,6 +89,11 @@ class AppendFastPath:
             return None
         cached = token_cached_user(key_hash) if key_hash else None
         if cached is None:
+            return None
+        try:
+            if self.common.process_request(request) is not None:
+                return None
+        except (DisallowedHost, PermissionDenied):  # the full stack answers them (400, 403)
             return None
         try:
             data = decode_json_body(request.body)

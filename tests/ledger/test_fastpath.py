@@ -2,6 +2,7 @@
 stack's answer, headers included, and hands everything it cannot answer the same way to the full stack."""
 
 import json
+import re
 import uuid
 
 import pytest
@@ -157,3 +158,20 @@ def test_the_content_type_decides_as_drf_would(agent_run, content_type, expected
     response = client.post(f"/api/v1/runs/{run_id}/events/", json.dumps({"stage": "build", "kind": "proposed"}),
                            content_type=content_type)
     assert (response.status_code, AppendFastPath.answered - before) == (expected, fast), response.content
+
+
+def test_a_host_outside_allowed_hosts_is_refused_by_the_full_stack(agent_run):
+    client, run_id = agent_run
+    events = LedgerEvent.objects.count()
+    response, answered = _post(client, run_id, {"stage": "build", "kind": "proposed"}, fast=True,
+                               HTTP_HOST="evil.example")
+    assert (response.status_code, answered) == (400, 0)
+    assert LedgerEvent.objects.count() == events
+
+
+@override_settings(DISALLOWED_USER_AGENTS=[re.compile("badbot")])
+def test_a_refused_user_agent_is_refused_by_the_full_stack(agent_run):
+    client, run_id = agent_run
+    response, answered = _post(client, run_id, {"stage": "build", "kind": "proposed"}, fast=True,
+                               HTTP_USER_AGENT="badbot/1.0")
+    assert (response.status_code, answered) == (403, 0)
