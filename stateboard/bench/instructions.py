@@ -4,7 +4,7 @@ throughput on a shared two-core machine drifts by a third within an hour).
 
 One child process under callgrind, against the scratch database: a raw psycopg INSERT + COMMIT (the
 baseline), an append through the service layer, and the same append through the HTTP stack in-process
-(Django's WSGI handler, middleware, DRF, the token check: everything a web worker runs for it, without
+(Django's WSGI handler, the middleware — ``ledger.fastpath`` answers it — and the token check: everything a web worker runs for it, without
 the server's socket work). Each loop is counted on its own (``callgrind_control`` zeroes the counters
 before it and dumps them after). The database server's own work is not counted: the throughput figures
 of ``bench ledger`` measure that.
