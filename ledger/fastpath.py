@@ -31,6 +31,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.renderers import JSONRenderer
 
 from ledger import sql
+from ledger.api import RunEventsApi, append_answer
 from ledger.auth import confirming, token_cached_user, token_forget, token_key_hash
 from stateboard.errors import DomainError, ParseFailed, Refused, accepts_at_once, decode_json_body
 
@@ -48,8 +49,6 @@ def _route() -> re.Pattern:
 
 @functools.cache
 def _allow() -> str:
-    from ledger.api import RunEventsApi
-
     view = RunEventsApi()
     view.setup(None)  # as for a request: a view with GET also serves HEAD
     return ", ".join(view.allowed_methods)  # the header DRF's view sends
@@ -99,8 +98,6 @@ class AppendFastPath:
             data = decode_json_body(request.body)
         except ParseFailed:
             return None
-        from ledger.api import append_answer
-
         user, pending = cached
         run_id = uuid.UUID(match.group(1))
         try:
