@@ -83,16 +83,16 @@ class AppendFastPath:
                 or not (content_type == _JSON or content_type.startswith(_JSON + ";"))):
             return None
         try:
+            if self.common.process_request(request) is not None:
+                return None
+        except (DisallowedHost, PermissionDenied):  # the full stack answers them (400, 403)
+            return None
+        try:
             key_hash = token_key_hash(authentication.get_authorization_header(request))
         except exceptions.AuthenticationFailed:
             return None
         cached = token_cached_user(key_hash) if key_hash else None
         if cached is None:
-            return None
-        try:
-            if self.common.process_request(request) is not None:
-                return None
-        except (DisallowedHost, PermissionDenied):  # the full stack answers them (400, 403)
             return None
         try:
             data = decode_json_body(request.body)

@@ -2,6 +2,7 @@
 
 import json
 import logging
+import re
 
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
@@ -60,24 +61,31 @@ class ParseFailed(exceptions.ParseError):
         self.stable_code = code
 
 
-def _max_depth_and_nul(value) -> tuple[int, bool]:
-    """Nesting depth of a decoded JSON value and whether any string holds a NUL (iterative)."""
-    deepest, has_nul = 0, False
+_SURROGATE = re.compile("[\ud800-\udfff]")  # half of a pair, alone: no UTF-8, no jsonb text
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # the only way one gets into a UTF-8 body
+
+
+def _scan(value) -> tuple[int, bool, bool]:
+    """Nesting depth of a decoded JSON value, and whether any string (keys too) holds a NUL, or a lone
+    surrogate (iterative)."""
+    deepest, has_nul, has_surrogate = 0, False, False
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        strings = ()
         if isinstance(item, dict):
             deepest = max(deepest, depth)
-            for key, child in item.items():
-                if "\x00" in key:
-                    has_nul = True
-                stack.append((child, depth + 1))
+            strings = item.keys()
+            stack.extend((child, depth + 1) for child in item.values())
         elif isinstance(item, list):
             deepest = max(deepest, depth)
             stack.extend((child, depth + 1) for child in item)
-        elif isinstance(item, str) and "\x00" in item:
-            has_nul = True
-    return deepest, has_nul
+        elif isinstance(item, str):
+            strings = (item,)
+        for text in strings:
+            has_nul = has_nul or "\x00" in text
+            has_surrogate = has_surrogate or _SURROGATE.search(text) is not None
+    return deepest, has_nul, has_surrogate
 
 
 def decode_json_body(raw: bytes):
@@ -90,33 +98,30 @@ def decode_json_body(raw: bytes):
         raise ParseFailed("malformed_json", "The body is not valid UTF-8.")
     try:
         value = json.loads(text, parse_constant=_refuse_constant, parse_float=_jsonb_float)
-    except _NotJsonNumber as exc:
-        raise ParseFailed("malformed_json", f"Malformed JSON: {exc}.")
     except RecursionError:
         raise ParseFailed("too_deep", f"JSON nesting deeper than {settings.API_MAX_DEPTH} levels.")
     except ValueError as exc:
         raise ParseFailed("malformed_json", f"Malformed JSON: {exc}")
-    # A body can nest no deeper than it has brackets, and a string can hold a NUL only through the
-    # \u0000 escape (raw NUL bytes were refused above): most bodies need no walk at all.
-    if raw.count(b"{") + raw.count(b"[") > settings.API_MAX_DEPTH or b"\\u0000" in raw:
-        depth, has_nul = _max_depth_and_nul(value)
+    # A body can nest no deeper than it has brackets, and a string can hold a NUL or a lone surrogate only
+    # through a \u escape (raw NUL bytes were refused above, raw surrogates are no UTF-8): most bodies
+    # need no walk at all.
+    if (raw.count(b"{") + raw.count(b"[") > settings.API_MAX_DEPTH or b"\\u0000" in raw
+            or _SURROGATE_ESCAPE.search(raw)):
+        depth, has_nul, has_surrogate = _scan(value)
         if depth > settings.API_MAX_DEPTH:
             raise ParseFailed("too_deep", f"JSON nesting deeper than {settings.API_MAX_DEPTH} levels.")
         if has_nul:
             raise ParseFailed("nul_byte", "A string holds a NUL character (\\u0000); it is refused, never sanitised.")
+        if has_surrogate:
+            raise ParseFailed("malformed_json", "A string holds half of a surrogate pair (\\ud800-\\udfff) "
+                                                "alone: it is not Unicode text.")
     return value
 
 
-class _NotJsonNumber(ValueError):
-    pass
-
-
 def _jsonb_float(text: str):
-    """Numbers with a fraction or exponent, as jsonb will store them (``canonical.jsonb_float``)."""
-    try:
-        return jsonb_float(float(text))
-    except ValueError as exc:
-        raise _NotJsonNumber(str(exc)) from None
+    """Numbers with a fraction or exponent, as jsonb will store them (``canonical.jsonb_float``; 1e999 is
+    refused there, as a ValueError the parser passes on)."""
+    return jsonb_float(float(text))
 
 
 def _refuse_constant(name):
