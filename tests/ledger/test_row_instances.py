@@ -28,7 +28,7 @@ def test_the_locked_read_gives_what_the_orm_gives(run_id):
     run, _, _ = sql.run_lock_read(run_id, None, lock=False)
     orm = Run.objects.select_related("workflow").defer("inputs").get(id=run_id)
     assert _fields(run) == _fields(orm)
-    assert _fields(run.workflow) == {k: v for k, v in _fields(orm.workflow).items()}
+    assert _fields(run.workflow) == _fields(orm.workflow)
     assert (run._state.adding, run._state.db) == (orm._state.adding, orm._state.db) == (False, "default")
     assert run.get_deferred_fields() == orm.get_deferred_fields() == {"inputs"}
     assert run.inputs == {"n": 1}  # loaded on access, as for the ORM's instance
