@@ -179,6 +179,10 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["workflow", "intent", "input_fingerprint", "state"], name="run_intent_fp_state"),
             models.Index(fields=["workflow", "intent", "state"], name="run_intent_state"),
+            # A trigger counts the intent's failed (and retried) runs of its fingerprint: only those are
+            # indexed, so the read does not grow with the intent's finished runs.
+            models.Index(fields=["workflow", "intent", "input_fingerprint"], name="run_failed_or_retried",
+                         condition=Q(state="failed") | Q(retried_at__isnull=False)),
             # The lease sweep reads the few holding runs; lease_expires_at is not indexed, so the
             # per-event lease renewal stays a HOT update.
             models.Index(fields=["state"], condition=Q(state__in=HOLDING_STATES), name="run_holding_state"),
