@@ -3,9 +3,11 @@ does not move with the machine's load (the same code gives the same count to wit
 throughput on a shared two-core machine drifts by a third within an hour).
 
 One child process under callgrind, against the scratch database: a raw psycopg INSERT + COMMIT (the
-baseline), an append through the service layer, and the same append through the HTTP stack in-process
+baseline), an append through the service layer, the same append through the HTTP stack in-process
 (Django's WSGI handler, the middleware — ``ledger.fastpath`` answers it — and the token check: everything a web worker runs for it, without
-the server's socket work). Each loop is counted on its own (``callgrind_control`` zeroes the counters
+the server's socket work), a batch of ``agentpath.BATCH_SIZE`` events through the service layer, and a new
+trigger through the service layer (one of ``agentpath.INTENTS`` intents of one workflow in turn, as
+``bench ledger`` triggers them, so each intent's history grows). Each loop is counted on its own (``callgrind_control`` zeroes the counters
 before it and dumps them after). The database server's own work is not counted: the throughput figures
 of ``bench ledger`` measure that.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import io
+import itertools
 import json
 import os
 import re
@@ -25,9 +28,10 @@ import time
 import uuid
 from pathlib import Path
 
+from stateboard.bench.agentpath import BATCH_SIZE
 from stateboard.bench.common import BenchError, Out, database_url
 
-LOOPS = ("raw", "service", "http")
+LOOPS = ("raw", "service", "http", "batch", "trigger")
 WARMUP = 50
 
 
@@ -37,6 +41,7 @@ def run(*, out, db_name: str, ops: int = 300) -> dict:
 
     from ledger import services
     from ledger.identities import agent_create
+    from stateboard.bench.agentpath import intents_workflow
     from stateboard.bench.appends import STREAM_STAGES, _service_trigger, stream_workflow
     from stateboard.roles import actor_for
 
@@ -46,10 +51,11 @@ def run(*, out, db_name: str, ops: int = 300) -> dict:
         raise BenchError("The instruction count needs valgrind (with callgrind_control) on PATH: "
                          "apt-get install valgrind.")
     stream_workflow()
+    intents_workflow()
     agent, token = agent_create(name=f"bench-instr-{uuid.uuid4().hex[:6]}")
     actor = actor_for(agent.user)
     runs = {}
-    for loop in ("service", "http"):
+    for loop in ("service", "http", "batch"):
         runs[loop] = str(_service_trigger(actor))
         services.event_append(run_id=runs[loop], body={"stage": STREAM_STAGES[0], "kind": "started"}, actor=actor)
     with tempfile.TemporaryDirectory(prefix="stateboard-callgrind-") as tmp:
@@ -59,7 +65,7 @@ def run(*, out, db_name: str, ops: int = 300) -> dict:
         env = dict(os.environ, DATABASE_URL=database_url(db_name), DJANGO_SETTINGS_MODULE="stateboard.settings",
                    DEBUG="0", ALLOWED_HOSTS="127.0.0.1", PYTHONHASHSEED="0", LOG_LEVEL="WARNING",
                    SECRET_KEY=os.environ.get("SECRET_KEY") or "bench-instructions")
-        say(f"callgrind: {len(LOOPS)} loops of {ops} operations each in one process (about a minute) ...")
+        say(f"callgrind: {len(LOOPS)} loops of {ops} operations each in one process (about two minutes) ...")
         started = time.perf_counter()
         result = subprocess.run(
             [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out", sys.executable, "-m",
@@ -75,7 +81,9 @@ def run(*, out, db_name: str, ops: int = 300) -> dict:
     say(f"  ({time.perf_counter() - started:.0f} s)")
     say("  client-process instructions per operation (the database server's work not counted):")
     for loop, label in (("raw", "raw psycopg INSERT + COMMIT"), ("service", "append, service layer, plain"),
-                        ("http", "append, HTTP stack in-process, plain")):
+                        ("http", "append, HTTP stack in-process, plain"),
+                        ("batch", f"append batch of {BATCH_SIZE}, service layer"),
+                        ("trigger", "new trigger, service layer")):
         say(f"    {label:40s} {per_op[loop]:>12,.0f}   raw / this {per_op['raw'] / per_op[loop]:.3f}x")
     return per_op
 
@@ -127,6 +135,7 @@ def _child(spec_path: str) -> None:
 
 def _count_loops(control: str, raw_insert, runs: dict, actor: str, token: str, application, ops: int) -> None:
     from ledger import services
+    from stateboard.bench.agentpath import INTENTS, INTENTS_WORKFLOW
     from stateboard.bench.appends import STREAM_STAGES, plain_body
 
     def service_append():
@@ -139,8 +148,20 @@ def _count_loops(control: str, raw_insert, runs: dict, actor: str, token: str, a
         if not status.startswith("201"):
             raise SystemExit(f"the HTTP append answered {status}: {content[:300]!r}")
 
+    def batch_append():
+        services.events_append(run_id=runs["batch"], bodies=[plain_body(STREAM_STAGES[0]) for _ in range(BATCH_SIZE)],
+                               actor=actor)
+
+    triggered = itertools.count()
+    tag = uuid.uuid4().hex[:6]
+
+    def new_trigger():
+        services.run_trigger(workflow_slug=INTENTS_WORKFLOW, inputs={"n": 1},
+                             intent=f"{tag}-{next(triggered) % INTENTS}", actor=actor)
+
     pid = str(os.getpid())
-    for loop, step in (("raw", raw_insert), ("service", service_append), ("http", http_append)):
+    for loop, step in (("raw", raw_insert), ("service", service_append), ("http", http_append),
+                       ("batch", batch_append), ("trigger", new_trigger)):
         for _ in range(WARMUP):
             step()
         # A full collection walks every object the process holds (tens of millions of instructions, at

@@ -1,6 +1,7 @@
-"""``manage.py bench instructions``: callgrind's counts of the three loops are printed, each positive, and an
-append costs the client process more than a raw INSERT + COMMIT, and more through HTTP than through the
-service layer alone. Skipped where valgrind is not installed."""
+"""``manage.py bench instructions``: callgrind's counts of the five loops are printed, each positive, and an
+append costs the client process more than a raw INSERT + COMMIT, more through HTTP than through the
+service layer alone, a batch of events more than one event, a new trigger more than an append. Skipped
+where valgrind is not installed."""
 
 import re
 import shutil
@@ -17,10 +18,12 @@ pytestmark = [
 def test_bench_instructions_counts_each_loop(bench_command):
     text = bench_command("instructions", "--ops", "20", timeout=900)
     counts = {}
-    for label in ("raw psycopg INSERT + COMMIT", "append, service layer, plain", "append, HTTP stack in-process, plain"):
+    for label in ("raw psycopg INSERT + COMMIT", "append, service layer, plain", "append, HTTP stack in-process, plain",
+                  "append batch of 20, service layer", "new trigger, service layer"):
         match = re.search(re.escape(label) + r"\s+([\d,]+)\s+raw / this ([\d.]+)x", text)
         assert match, text
         counts[label] = int(match.group(1).replace(",", ""))
         assert float(match.group(2)) > 0
-    raw, service, http = counts.values()
+    raw, service, http, batch, trigger = counts.values()
     assert 0 < raw < service < http
+    assert service < batch and service < trigger
