@@ -13,11 +13,13 @@ import contextvars
 import functools
 import hashlib
 import re
+import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from datetime import timezone as dt_timezone
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from psycopg.adapt import Transformer
@@ -221,8 +223,43 @@ def insert_statement(model, objects: list, *, skip_conflicts: bool = False, db=N
     key comes from the database, any other, like a run's UUID, from the objects)."""
     db = db or _db()
     sql, fields = _insert_sql(model, len(objects), skip_conflicts, db.vendor, returning)
-    params = [f.get_db_prep_save(getattr(obj, f.attname), db) for obj in objects for f in fields]
-    return sql, params
+    return sql, _save_values(fields, objects, db)
+
+
+def _save_values(fields: tuple, objects: list, db) -> list:
+    """``field.get_db_prep_save(value)`` for each object and field, sparing the call where it would return
+    the value unchanged (``_save_preps``)."""
+    return [value if type(value) is kept else prep(value, db)
+            for obj in objects for attname, kept, prep in _save_preps(fields) for value in (getattr(obj, attname),)]
+
+
+@functools.cache
+def _save_preps(fields: tuple) -> tuple:
+    """(attname, kept type, prep) for each field: on PostgreSQL ``get_db_prep_save`` returns a value of
+    the kept type unchanged (a str in a CharField or TextField, a UUID in a UUIDField or a foreign key to
+    one, a bool in a BooleanField); every other value goes through it (an aware datetime in a
+    DateTimeField through ``_datetime_prep``)."""
+    preps = []
+    for f in fields:
+        target = f.target_field if f.is_relation else f
+        kept = _KEPT.get(type(target), _Never)
+        prep = f.get_db_prep_save
+        if type(target) is models.DateTimeField:
+            prep = functools.partial(_datetime_prep, prep)
+        preps.append((f.attname, kept, prep))
+    return tuple(preps)
+
+
+_KEPT = {models.CharField: str, models.TextField: str, models.UUIDField: uuid.UUID, models.BooleanField: bool}
+
+
+class _Never:
+    """No value is of this type: the field's values always go through their prep."""
+
+
+def _datetime_prep(prep, value, db):
+    """An aware datetime is saved as it is (a naive one is made aware, with Django's warning)."""
+    return value if type(value) is datetime and value.utcoffset() is not None else prep(value, db)
 
 
 def _assign_ids(objects: list, ids: list) -> None:
@@ -299,8 +336,7 @@ def _returning_for(from_last: tuple[str, ...]) -> tuple[str, ...]:
 
 def _run_update_statement(run: Run, changed: list[str], db, from_last: tuple[str, ...] = ()) -> tuple[str, list]:
     sql, fields = _run_update_sql(tuple(changed), db.vendor, from_last)
-    params = [f.get_db_prep_save(getattr(run, f.attname), db) for f in fields]
-    return sql, [*params, Run._meta.pk.get_db_prep_value(run.pk, db)]
+    return sql, [*_save_values(fields, [run], db), Run._meta.pk.get_db_prep_value(run.pk, db)]
 
 
 def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str], *,
