@@ -87,14 +87,26 @@ def _execute(cursor, query: str, params, *, commit: bool = False, db=None) -> No
     (psycopg's own server-side prepared statements measured no better than no preparing at all).
     Database errors come out as Django's (an IntegrityError is ``django.db.IntegrityError``)."""
     db = db or _db()
-    with db.wrap_database_errors:
-        if not available():  # SQLite runs the shared reads as they are
+    if not available():  # SQLite runs the shared reads as they are
+        with db.wrap_database_errors:
             cursor.execute(query, params)
-            return
+        return
+    _execute_many(cursor, [(query, params)], commit=commit, db=db)
+
+
+def _execute_many(cursor, statements: list[tuple[str, list]], *, commit: bool = False, db=None) -> None:
+    """``_execute`` for several statements sent as one message (one round trip; PostgreSQL runs them in
+    order, each with its own snapshot); the cursor's first result is the first statement's, ``nextset``
+    moves on."""
+    db = db or _db()
+    with db.wrap_database_errors:
         raw = db.connection
-        if settings.DB_PREPARED_STATEMENTS:
-            query, params = _prepared(raw, query, params)
-        _execute_folded(raw, cursor, _bound(raw, query, params), commit=commit and _commit_foldable(db))
+        bound = []
+        for query, params in statements:
+            if settings.DB_PREPARED_STATEMENTS:
+                query, params = _prepared(raw, query, params)
+            bound.append(_bound(raw, query, params))
+        _execute_folded(raw, cursor, b"; ".join(bound), commit=commit and _commit_foldable(db))
 
 
 def _prepared(raw, query: str, params) -> tuple[str, list]:
@@ -573,8 +585,7 @@ def decision_latency_write(run_id, milliseconds: float) -> None:
 def intent_advisory_lock(workflow_id: int, intent: str) -> None:
     """A transaction-level advisory lock on (workflow, intent): 64 bits of ``hashtextextended(intent,
     workflow id)``. Two intents sharing a hash only wait for each other; nothing is ever let through."""
-    with _cursor(write_path=False) as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", [intent, workflow_id])
+    reads(IntentLock(workflow_id, intent))
 
 
 @functools.lru_cache(maxsize=512)
@@ -586,28 +597,99 @@ def _select_statement(model, field_names: tuple, where: str, order: str, limit: 
     return sql, _converted(model, fields)
 
 
+@dataclass(frozen=True)
+class Rows:
+    """One read for ``reads``: the rows of ``model`` matching ``where`` (its ``%s`` bound to ``params``),
+    as tuples of ``fields`` converted as the ORM would, or without ``fields`` as model instances (all
+    concrete fields); ``lock``: FOR UPDATE (PostgreSQL)."""
+
+    model: type
+    where: str
+    params: list
+    fields: tuple = ()
+    order: str = ""
+    limit: int | None = None
+    lock: bool = False
+
+    def statement(self, db) -> tuple[str, list, object]:
+        names = self.fields or tuple(f.name for f in self.model._meta.concrete_fields)
+        sql, converted = _select_statement(self.model, names, self.where, self.order, self.limit,
+                                           self.lock and available(), db.vendor)
+        return sql, self.params, functools.partial(self._converted_rows, converted)
+
+    def _converted_rows(self, converted, rows, db) -> list:
+        values = [tuple(_python_values(self.model, converted, row, db)) for row in rows]
+        if self.fields:
+            return values
+        attnames = [f.attname for f in self.model._meta.concrete_fields]
+        return [_instance(self.model, attnames, row) for row in values]
+
+
+@dataclass(frozen=True)
+class IntentLock:
+    """For ``reads``: wait for the transaction-level lock of (workflow, intent) (``intent_advisory_lock``);
+    the reads after it in the same call see what the lock's previous holder committed."""
+
+    workflow_id: int
+    intent: str
+
+    def statement(self, db) -> tuple[str, list, object] | None:
+        if not available():
+            return None  # the embedded SQLite has one writer at a time
+        return _INTENT_LOCK, [self.intent, self.workflow_id], lambda rows, db: []
+
+
+_INTENT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))"
+
+
+def reads(*specs) -> list[list]:
+    """Run ``specs`` (``Rows``, ``IntentLock``) in order in one round trip (one message of prepared
+    statements on PostgreSQL); returns each one's rows."""
+    db = _db()
+    planned = [spec.statement(db) for spec in specs]
+    statements = [p for p in planned if p is not None]
+    results = []
+    with _cursor(write_path=False, db=db) as cursor:
+        if not available():
+            for query, params, convert in statements:
+                _execute(cursor, query, params, db=db)
+                results.append(convert(cursor.fetchall(), db))
+        elif statements:
+            _execute_many(cursor, [(query, params) for query, params, _ in statements], db=db)
+            for n, (_, _, convert) in enumerate(statements):
+                if n:
+                    cursor.nextset()
+                results.append(convert(cursor.fetchall(), db))
+    found = iter(results)
+    return [[] if p is None else next(found) for p in planned]
+
+
+def statements_in(message: str) -> list[str]:
+    """The statements of one message ``reads`` sent (as query logs show it), split at the semicolons outside
+    quoted literals (psycopg doubles a quote inside one, so every quote toggles): for EXPLAIN and counts."""
+    statements, start, quoted = [], 0, False
+    for i, char in enumerate(message):
+        if char == "'":
+            quoted = not quoted
+        elif char == ";" and not quoted:
+            statements.append(message[start:i].strip())
+            start = i + 1
+    statements.append(message[start:].strip())
+    return [statement for statement in statements if statement]
+
+
 def select_rows(model, field_names: list[str], where: str, params: list, *, order: str = "",
                 limit: int | None = None, lock: bool = False) -> list[tuple]:
     """Values of ``field_names`` for the rows matching ``where``, converted as the ORM would
     (the recovery decision's reads: a few indexed lookups, without the ORM's per-query Python);
     ``lock``: FOR UPDATE (PostgreSQL)."""
-    db = _db()
-    sql, converted = _select_statement(model, tuple(field_names), where, order, limit, lock and available(),
-                                       db.vendor)
-    with _cursor(write_path=False, db=db) as cursor:
-        _execute(cursor, sql, params, db=db)
-        rows = cursor.fetchall()
-    return [tuple(_python_values(model, converted, row, db)) for row in rows]
+    return reads(Rows(model, where, params, tuple(field_names), order, limit, lock))[0]
 
 
 def select_models(model, where: str, params: list, *, order: str = "", limit: int | None = None,
                   lock: bool = False) -> list:
     """Model instances for the rows matching ``where`` (all concrete fields)."""
-    fields = list(model._meta.concrete_fields)
-    attnames = [f.attname for f in fields]
-    return [_instance(model, attnames, values)
-            for values in select_rows(model, [f.name for f in fields], where, params, order=order, limit=limit,
-                                      lock=lock)]
+    return reads(Rows(model, where, params, (), order, limit, lock))[0]
 
 
 @functools.cache

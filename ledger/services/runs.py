@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -14,9 +14,8 @@ from ledger import recovery, selectors, sql
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, Trigger, Workflow
 from ledger.schedules import SLOT_FORMAT
 from ledger.services.escalations import escalation_raise
-from ledger.services.versions import goal_latest_version
-from ledger.services.writer import (RunWriter, input_fingerprint, intent_lock, lease_expired, lease_fail, run_lock,
-                                    workflow_spec)
+from ledger.services.versions import goal_latest_rows
+from ledger.services.writer import RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock, workflow_spec
 from stateboard.canonical import canonical_json
 from stateboard.errors import Conflict, Invalid
 
@@ -42,15 +41,17 @@ def _checkpoint_info(cp: Checkpoint | None, previous: Checkpoint | None, now: da
     )
 
 
-def _failed_runs_since_progress(*, workflow_id: int, intent: str, fingerprint: str,
-                                checkpoint: Checkpoint | None) -> int:
-    """Runs of this intent and fingerprint that ended failed since the later of the latest checkpoint
-    and the latest on-call retry (one indexed read). A queued run no agent leased never ran: it does
-    not count."""
-    rows = sql.select_rows(Run, ["state", "ended_at", "retried_at"],
-                           "workflow_id = %s AND intent = %s AND input_fingerprint = %s AND staged = %s "
-                           "AND ((state = 'failed' AND ended_reason <> 'not_leased') OR retried_at IS NOT NULL)",
-                           [workflow_id, intent, fingerprint, False])
+def _failed_runs_rows(*, workflow_id: int, intent: str, fingerprint: str) -> sql.Rows:
+    """Runs of this intent and fingerprint that failed or were retried (partial index
+    ``run_failed_or_retried``). A queued run no agent leased never ran: it does not count."""
+    return sql.Rows(Run, "workflow_id = %s AND intent = %s AND input_fingerprint = %s AND staged = %s "
+                         "AND ((state = 'failed' AND ended_reason <> 'not_leased') OR retried_at IS NOT NULL)",
+                    [workflow_id, intent, fingerprint, False], fields=("state", "ended_at", "retried_at"))
+
+
+def _failed_runs_since_progress(rows: list[tuple], checkpoint: Checkpoint | None) -> int:
+    """Of ``_failed_runs_rows``, those that ended failed since the later of the latest checkpoint and the
+    latest on-call retry."""
     moments = [retried for _, _, retried in rows if retried is not None]
     if checkpoint is not None:
         moments.append(checkpoint.created_at)
@@ -61,27 +62,25 @@ def _failed_runs_since_progress(*, workflow_id: int, intent: str, fingerprint: s
 def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, policy_version: str,
                           env_fingerprint: str, others: list[Run], now: datetime,
                           reopened: str = "") -> tuple[recovery.RecoveryInput, dict]:
-    """Read L2/L3 for (workflow, intent) into the plain data the pure decision needs (indexed reads).
+    """Read L2/L3 for (workflow, intent) into the plain data the pure decision needs: indexed reads,
+    sent together (one round trip, and one more only when the latest checkpoint observed effects).
     Staged runs are invisible here: their checkpoints, failed runs and holding never count (they
     write no effects)."""
     scope = "workflow_id = %s AND intent = %s"
     real = scope + " AND staged = %s"
-    latest_two = sql.select_models(Checkpoint, real, [workflow.id, intent, False], order="id DESC", limit=2)
+    latest_two, same_fp_found, effect_rows, failed_rows = sql.reads(
+        sql.Rows(Checkpoint, real, [workflow.id, intent, False], order="id DESC", limit=2),
+        sql.Rows(Checkpoint, real + " AND input_fingerprint = %s", [workflow.id, intent, False, fingerprint],
+                 order="id DESC", limit=1),
+        sql.Rows(Effect, scope + " AND input_fingerprint = %s", [workflow.id, intent, fingerprint],
+                 fields=("idempotency_key", "stage", "status", "run")),
+        _failed_runs_rows(workflow_id=workflow.id, intent=intent, fingerprint=fingerprint),
+    )
     latest = latest_two[0] if latest_two else None
-    if latest is None or latest.input_fingerprint == fingerprint:  # none at all: none of this fingerprint either
-        same_fp = latest
-    else:
-        found = sql.select_models(Checkpoint, real + " AND input_fingerprint = %s",
-                                  [workflow.id, intent, False, fingerprint], order="id DESC", limit=1)
-        same_fp = found[0] if found else None
-    effects = [
-        recovery.EffectInfo(key=key, stage=stage, status=status, run_id=str(run_id))
-        for key, stage, status, run_id in sql.select_rows(
-            Effect, ["idempotency_key", "stage", "status", "run"], scope + " AND input_fingerprint = %s",
-            [workflow.id, intent, fingerprint])
-    ]
-    failed_count = _failed_runs_since_progress(workflow_id=workflow.id, intent=intent, fingerprint=fingerprint,
-                                               checkpoint=same_fp)
+    same_fp = same_fp_found[0] if same_fp_found else None
+    effects = [recovery.EffectInfo(key=key, stage=stage, status=status, run_id=str(run_id))
+               for key, stage, status, run_id in effect_rows]
+    failed_count = _failed_runs_since_progress(failed_rows, same_fp)
     existing_keys: frozenset[str] = frozenset()
     store_version = 0
     if latest is not None and latest.input_fingerprint == fingerprint:
@@ -117,26 +116,34 @@ def workflow_read(slug: str) -> Workflow | None:
     return found[0] if found else None
 
 
-def holding_runs(*, workflow: Workflow, intent: str, lock: bool = False, exclude=None) -> list[Run]:
-    """``selectors.intent_holding_runs`` as a trigger reads them (locked with ``lock``), with their
-    workflow; one prepared statement on PostgreSQL."""
-    if not sql.available():
-        runs = selectors.intent_holding_runs(workflow=workflow, intent=intent).exclude(id=exclude)
-        return list((runs.select_for_update(of=("self",)) if lock else runs).select_related("workflow"))
-    where = "workflow_id = %s AND intent = %s AND state = ANY(%s) AND staged = %s"
-    params = [workflow.id, intent, list(selectors.INTENT_HOLDING_STATES), False]
+def holding_runs_rows(*, workflow: Workflow, intent: str, lock: bool = False, exclude=None) -> sql.Rows:
+    """``selectors.intent_holding_runs`` as a trigger reads them (locked with ``lock``), by id."""
+    states = selectors.INTENT_HOLDING_STATES
+    where = f"workflow_id = %s AND intent = %s AND state IN ({', '.join(['%s'] * len(states))}) AND staged = %s"
+    params = [workflow.id, intent, *states, False]
     if exclude is not None:
-        where, params = where + " AND id <> %s", [*params, exclude]
-    runs = sql.select_models(Run, where, params, order="id", lock=lock)
+        where, params = where + " AND id <> %s", [*params, Run._meta.pk.get_db_prep_value(exclude, connection)]
+    return sql.Rows(Run, where, params, order="id", lock=lock)
+
+
+def holding_runs(*, workflow: Workflow, intent: str, lock: bool = False, exclude=None) -> list[Run]:
+    """The runs of ``holding_runs_rows``, with their workflow; one prepared statement on PostgreSQL."""
+    return _with_workflow(sql.reads(holding_runs_rows(workflow=workflow, intent=intent, lock=lock,
+                                                      exclude=exclude))[0], workflow)
+
+
+def _with_workflow(runs: list[Run], workflow: Workflow) -> list[Run]:
     for run in runs:
         run.workflow = workflow
     return runs
 
 
-def dead_leases_expire(*, workflow: Workflow, intent: str, now: datetime, exclude=None) -> list[Run]:
-    """Lock the intent's holding/escalated runs; move those whose lease expired (or that were queued
-    past their time) to ``failed``."""
-    runs = holding_runs(workflow=workflow, intent=intent, lock=True, exclude=exclude)
+def dead_leases_expire(*, workflow: Workflow, intent: str, now: datetime, exclude=None,
+                       runs: list[Run] | None = None) -> list[Run]:
+    """Lock the intent's holding/escalated runs (or take ``runs``, read so already); move those whose
+    lease expired (or that were queued past their time) to ``failed``."""
+    if runs is None:
+        runs = holding_runs(workflow=workflow, intent=intent, lock=True, exclude=exclude)
     alive = []
     for run in runs:
         if lease_expired(run, now):
@@ -264,7 +271,11 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
         raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")
     keyed = bool(trigger_key)
     trigger_key = trigger_key or f"{trigger}:{uuid.uuid4()}"
-    intent_lock(workflow.id, intent)
+    # One round trip: the intent's lock, then what its previous holder may have changed.
+    reads = [sql.IntentLock(workflow.id, intent), goal_latest_rows(workflow_id=workflow.id, intent=intent)]
+    if not staged:
+        reads.append(holding_runs_rows(workflow=workflow, intent=intent, lock=True))
+    _, goals, *held = sql.reads(*reads)
     if keyed:  # the same trigger may have committed while this one waited for the intent
         existing = _trigger_key_run(workflow.slug, trigger_key=trigger_key, intent=intent, inputs=inputs,
                                     trigger=trigger, staged=staged)
@@ -272,7 +283,7 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
             return existing, False
 
     now = timezone.now()
-    goal_version = goal_latest_version(workflow_id=workflow.id, intent=intent)
+    goal_version = goals[0][0] if goals else None
     fingerprint = input_fingerprint(workflow_slug=workflow.slug, intent=intent, inputs=inputs,
                                     policy_version=workflow.policy_version, goal_version=goal_version)
     if staged:
@@ -281,7 +292,7 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
                                      reopened="staged")
         context = {"checkpoints": {}, "retry_count": 0}
     else:
-        others = dead_leases_expire(workflow=workflow, intent=intent, now=now)
+        others = dead_leases_expire(workflow=workflow, intent=intent, now=now, runs=_with_workflow(held[0], workflow))
         inp, context = recovery_input_gather(workflow=workflow, intent=intent, fingerprint=fingerprint,
                                              policy_version=workflow.policy_version,
                                              env_fingerprint=env_fingerprint, others=others, now=now)

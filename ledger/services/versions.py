@@ -13,10 +13,15 @@ from ledger import sql
 from ledger.models import Goal, StageGeneration
 
 
+def goal_latest_rows(*, workflow_id: int, intent: str) -> sql.Rows:
+    """The read of the intent's latest goal version: one row ``(version,)``, none when it has none."""
+    return sql.Rows(Goal, "workflow_id = %s AND intent = %s", [workflow_id, intent], fields=("version",),
+                    order="version DESC", limit=1)
+
+
 def goal_latest_version(*, workflow_id: int, intent: str) -> int | None:
     """The intent's latest goal version, or None when it has none."""
-    rows = sql.select_rows(Goal, ["version"], "workflow_id = %s AND intent = %s", [workflow_id, intent],
-                           order="version DESC", limit=1)
+    rows = sql.reads(goal_latest_rows(workflow_id=workflow_id, intent=intent))[0]
     return rows[0][0] if rows else None
 
 

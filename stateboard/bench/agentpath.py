@@ -149,10 +149,32 @@ class _CountingCursor:
         return getattr(self._cursor, name)
 
 
+class Counted:
+    """What ``statements_counted`` saw: the messages sent to PostgreSQL (round trips) and the statements in them."""
+
+    def __init__(self):
+        self.messages: list[str] = []
+
+    @property
+    def statements(self) -> list[str]:
+        from ledger import sql
+
+        return [statement for message in self.messages for statement in sql.statements_in(message)
+                if statement.split(None, 1)[0].upper() not in ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE")]
+
+    @property
+    def round_trips(self) -> int:
+        return sum(1 for message in self.messages if message.split(None, 1)[0].upper() not in ("SAVEPOINT", "RELEASE"))
+
+    def __str__(self) -> str:
+        return f"{len(self.statements)} ({self.round_trips} round trips)"
+
+
 @contextlib.contextmanager
 def statements_counted():
     """Every SQL statement of the block: Django's (CaptureQueriesContext) and ``ledger.sql``'s write cursor.
-    Yields a list whose length is the count once the block ends (BEGIN, COMMIT and savepoints not included)."""
+    Yields a ``Counted``, complete once the block ends (BEGIN, COMMIT and savepoints not counted as statements;
+    a COMMIT sent alone, or a savepoint, not counted as a round trip)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -165,19 +187,20 @@ def statements_counted():
         cursor = original(write_path=write_path, db=db)
         return _CountingCursor(cursor, raw) if write_path else cursor
 
-    counted: list = []
+    counted = Counted()
     sql._cursor = counting
     try:
         with CaptureQueriesContext(connection) as captured:
             yield counted
     finally:
         sql._cursor = original
-    counted.extend(q for q in [q["sql"] for q in captured.captured_queries] + raw
-                   if q.split(None, 1)[0].upper() not in ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE"))
+    counted.messages.extend(q if isinstance(q, str) else q.decode()
+                            for q in [q["sql"] for q in captured.captured_queries] + raw)
 
 
 def statements_per_request(token: str) -> dict:
-    """Statements of one request each, through Django's test client in this process (token auth included)."""
+    """Statements (and round trips: ``Counted``) of one request each, through Django's test client in this
+    process (token auth included)."""
     from django.test import Client
 
     client = Client(HTTP_AUTHORIZATION=f"Token {token}", HTTP_HOST="127.0.0.1")
@@ -192,27 +215,27 @@ def statements_per_request(token: str) -> dict:
     counts = {}
     with statements_counted() as trig:
         run = post("/api/v1/runs/", trigger, 201)
-    counts["trigger (new run)"] = len(trig)
+    counts["trigger (new run)"] = trig
     with statements_counted() as dup:
         post("/api/v1/runs/", trigger, 200)
-    counts["trigger (duplicate)"] = len(dup)
+    counts["trigger (duplicate)"] = dup
     events = f"/api/v1/runs/{run['id']}/events/"
     post(events, {"stage": STREAM_STAGES[0], "kind": "started"}, 201)
     post(events, plain_body(STREAM_STAGES[0]), 201)  # warm
     with statements_counted() as one:
         post(events, plain_body(STREAM_STAGES[0]), 201)
-    counts["append (plain)"] = len(one)
+    counts["append (plain)"] = one
     with statements_counted() as passed:
         post(events, {"client_event_id": uuid.uuid4().hex, "stage": STREAM_STAGES[0], "kind": "succeeded"}, 201)
-    counts["append (stage passed: checkpoint + transition)"] = len(passed)
+    counts["append (stage passed: checkpoint + transition)"] = passed
     with statements_counted() as batch:
         post(events, [{"client_event_id": uuid.uuid4().hex, "stage": STREAM_STAGES[1], "kind": "started"}]
              + [plain_body(STREAM_STAGES[1]) for _ in range(BATCH_SIZE - 1)], 201)
-    counts[f"append batch of {BATCH_SIZE}"] = len(batch)
+    counts[f"append batch of {BATCH_SIZE}"] = batch
     for label, path in (("page GET /runs/{id}/", f"/api/v1/runs/{run['id']}/"),
                         ("page GET /runs/{id}/events/ (one page)", events)):
         with statements_counted() as page:
             response = client.get(path)
             assert response.status_code == 200, response.content[:300]
-        counts[label] = len(page)
+        counts[label] = page
     return counts

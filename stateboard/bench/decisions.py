@@ -87,15 +87,17 @@ def explain_decision(loader: LedgerHistory, say: Out) -> list[str]:
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
 
+    from ledger.sql import statements_in
+
     info = next((i for i in reversed(loader.intents) if i.complete_with_effects), loader.intents[-1])
     with CaptureQueriesContext(connection) as captured:
         decision = decision_read_path(info.workflow_slug, info.intent, info.inputs)
     say(f"EXPLAIN of the decision's read path at {loader.totals['events']:,} events "
-        f"(intent {info.intent!r} -> {decision.outcome}/{decision.reason_code}, {len(captured)} queries):")
+        f"(intent {info.intent!r} -> {decision.outcome}/{decision.reason_code}, {len(captured)} round trips):")
     seq_scans = []
     with transaction.atomic(), connection.cursor() as cur:
-        for n, query in enumerate(captured.captured_queries, 1):
-            sql = query["sql"]
+        statements = [statement for query in captured.captured_queries for statement in statements_in(query["sql"])]
+        for n, sql in enumerate(statements, 1):
             cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql)
             raw = cur.fetchone()[0]
             doc = json.loads(raw) if isinstance(raw, str) else raw

@@ -246,13 +246,15 @@ def _statements(report: Report, say: Out) -> None:
     from ledger.identities import agent_create
 
     say("")
-    say("== SQL statements per request (Django test client in this process; BEGIN, COMMIT and savepoints not counted) ==")
+    say("== SQL statements per request, and the round trips that carried them (Django test client in this process; "
+        "BEGIN, COMMIT and savepoints not counted) ==")
     _, token = agent_create(name=f"bench-stmts-{uuid.uuid4().hex[:6]}")
     counts = agentpath.statements_per_request(token)
-    for label, count in counts.items():
-        say(f"  {label}: {count}")
-        report.figures[f"statements {label}"] = count
-        report.add(Row(f"statements: {label}", str(count), "", "", "(info)", ""))
+    for label, counted in counts.items():
+        say(f"  {label}: {counted}")
+        report.figures[f"statements {label}"] = len(counted.statements)
+        report.figures[f"round trips {label}"] = counted.round_trips
+        report.add(Row(f"statements: {label}", str(counted), "", "", "(info)", ""))
 
 
 def _decisions(report: Report, say: Out, *, scale: float, reps: int) -> None:

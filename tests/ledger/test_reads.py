@@ -1,0 +1,63 @@
+"""``ledger.sql.reads``: several reads in one round trip, each answered as if it ran alone, after the lock
+that precedes them; a new trigger's reads travel in two messages."""
+
+import pytest
+from django.db import connection, transaction
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger import services, sql
+from ledger.models import Checkpoint, Run
+from stateboard.bench.agentpath import statements_counted
+from tests.factories import make_workflow
+
+pytestmark = pytest.mark.django_db
+
+TEXT = st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.tuples(TEXT, TEXT), min_size=1, max_size=4))
+def test_statements_in_splits_a_message_at_its_own_semicolons_only(values):
+    connection.ensure_connection()
+    raw = connection.connection
+    statements = [sql._bound(raw, "SELECT %s, %s", list(pair)).decode() for pair in values]
+    assert sql.statements_in("; ".join(statements)) == statements
+
+
+def test_reads_answer_each_read_as_alone_and_after_the_lock():
+    wf = make_workflow(stages=["build"])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="a", actor="agent:r")
+    services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="b", actor="agent:r")
+    by_intent = "workflow_id = %s AND intent = %s"
+    with transaction.atomic():
+        locks_before = _advisory_locks_held()
+        lock, runs_a, states, none = sql.reads(
+            sql.IntentLock(wf.id, "c"),
+            sql.Rows(Run, by_intent, [wf.id, "a"], lock=True),
+            sql.Rows(Run, "workflow_id = %s", [wf.id], fields=("intent", "state"), order="intent"),
+            sql.Rows(Checkpoint, by_intent, [wf.id, "none"], limit=1),
+        )
+        assert _advisory_locks_held() == locks_before + 1  # the intent's lock, held by this transaction
+    assert lock == [] and none == []
+    assert [r.id for r in runs_a] == [run.id] and runs_a[0].state == run.state
+    assert states == sql.select_rows(Run, ["intent", "state"], "workflow_id = %s", [wf.id], order="intent")
+    assert states == [("a", "fresh"), ("b", "fresh")]
+
+
+def test_a_new_trigger_reads_in_two_round_trips_after_the_workflow():
+    wf = make_workflow(stages=["build"])
+    services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="warm", actor="agent:r")  # statements prepared
+    with statements_counted() as counted:
+        run, created = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="new", actor="agent:r")
+    assert created
+    # the workflow; the intent lock with the goal and the holding runs; the checkpoints, effects and failed
+    # runs; the new run with its events (and the COMMIT)
+    assert counted.round_trips == 4, counted.messages
+    assert len(counted.statements) == 9, counted.statements
+
+
+def _advisory_locks_held() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+        return cursor.fetchone()[0]
