@@ -149,22 +149,30 @@ class _CountingCursor:
         return getattr(self._cursor, name)
 
 
+_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
+
+
 class Counted:
-    """What ``statements_counted`` saw: the messages sent to PostgreSQL (round trips) and the statements in them."""
+    """What ``statements_counted`` saw: the messages sent to PostgreSQL and the statements in them. Django's
+    log also lists BEGIN and COMMIT where psycopg may send nothing (a COMMIT folded into the last write
+    leaves nothing to commit), so transaction control counts neither as a statement nor as a round trip."""
 
     def __init__(self):
         self.messages: list[str] = []
 
-    @property
-    def statements(self) -> list[str]:
+    def _statements_of(self, message: str) -> list[str]:
         from ledger import sql
 
-        return [statement for message in self.messages for statement in sql.statements_in(message)
-                if statement.split(None, 1)[0].upper() not in ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE")]
+        return [statement for statement in sql.statements_in(message)
+                if statement.split(None, 1)[0].upper() not in _CONTROL]
+
+    @property
+    def statements(self) -> list[str]:
+        return [statement for message in self.messages for statement in self._statements_of(message)]
 
     @property
     def round_trips(self) -> int:
-        return sum(1 for message in self.messages if message.split(None, 1)[0].upper() not in ("SAVEPOINT", "RELEASE"))
+        return sum(1 for message in self.messages if self._statements_of(message))
 
     def __str__(self) -> str:
         return f"{len(self.statements)} ({self.round_trips} round trips)"
@@ -173,8 +181,7 @@ class Counted:
 @contextlib.contextmanager
 def statements_counted():
     """Every SQL statement of the block: Django's (CaptureQueriesContext) and ``ledger.sql``'s write cursor.
-    Yields a ``Counted``, complete once the block ends (BEGIN, COMMIT and savepoints not counted as statements;
-    a COMMIT sent alone, or a savepoint, not counted as a round trip)."""
+    Yields a ``Counted``, complete once the block ends."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
