@@ -388,25 +388,38 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
             _execute(cursor, sql, params, db=db)
 
 
-def _converted(model, fields) -> list:
-    """(field, [converters]) pairs that turn raw database values into Python ones, as the ORM does."""
-    table = model._meta.db_table
-    return [(f, connection.ops.get_db_converters(f.get_col(table)) + f.get_db_converters(connection)) for f in fields]
+class _Columns(list):
+    """(field, [converters]) pairs that turn raw database values into Python ones, as the ORM does, with
+    what a row needs precomputed: the attnames, and only the columns that have converters (a run's JSON
+    columns; most have none), each with its column expression."""
+
+    def __init__(self, model, fields):
+        table = model._meta.db_table
+        super().__init__((f, connection.ops.get_db_converters(f.get_col(table)) + f.get_db_converters(connection))
+                         for f in fields)
+        self.attnames = [f.attname for f, _ in self]
+        self.converting = tuple((i, f.get_col(table), converters) for i, (f, converters) in enumerate(self)
+                                if converters)
 
 
-def _python_values(model, converted, values, db) -> list:
+def _converted(model, fields) -> _Columns:
+    return _Columns(model, fields)
+
+
+def _python_values(model, converted: _Columns, values, db) -> list:
     """Raw database values as the ORM would give them (the converters of ``_converted``)."""
-    table, out = model._meta.db_table, []
-    for (f, converters), value in zip(converted, values):
+    out = list(values)
+    for i, column, converters in converted.converting:
+        value = out[i]
         for convert in converters:
-            value = convert(value, f.get_col(table), db)
-        out.append(value)
+            value = convert(value, column, db)
+        out[i] = value
     return out
 
 
-def from_row(model, converted, values, db=None):
+def from_row(model, converted: _Columns, values, db=None):
     """The model instance for a row of ``converted`` columns (the others deferred)."""
-    return _instance(model, [f.attname for f, _ in converted], _python_values(model, converted, values, db or _db()))
+    return _instance(model, converted.attnames, _python_values(model, converted, values, db or _db()))
 
 
 def _instance(model, attnames: list[str], values) -> object:
@@ -420,6 +433,28 @@ def _instance(model, attnames: list[str], values) -> object:
     state = instance._state = ModelState()
     state.adding, state.db = False, DEFAULT_DB_ALIAS
     return instance
+
+
+def model_new(model, values: dict):
+    """``model(**values)`` for a new row whose ``values`` are keyed by concrete fields' attnames (the other
+    fields take their defaults). As with ``_instance``, without ``pre_init`` / ``post_init`` receivers
+    ``Model.__init__`` only stores each value (or default) under its attname, so that is done directly;
+    anything else (a related object, a property, an unknown name) goes through ``model(**values)``."""
+    attnames, fields = _new_fields(model)
+    if pre_init.has_listeners(model) or post_init.has_listeners(model) or not values.keys() <= attnames:
+        return model(**values)
+    instance = model.__new__(model)
+    instance._state = ModelState()
+    stored = instance.__dict__
+    for attname, field in fields:
+        stored[attname] = values[attname] if attname in values else field.get_default()
+    return instance
+
+
+@functools.cache
+def _new_fields(model) -> tuple[frozenset, tuple]:
+    fields = tuple((f.attname, f) for f in model._meta.concrete_fields if not f.generated)
+    return frozenset(attname for attname, _ in fields), fields
 
 
 @dataclass
