@@ -82,11 +82,11 @@ class RunWriter:
     def emit(self, kind: str, stage: str = "", **fields) -> LedgerEvent:
         run = self.run
         fields.setdefault("actor", self.actor)
-        event = LedgerEvent(
+        event = sql.model_new(LedgerEvent, dict(
             run_id=run.id, seq=run.event_count + 1, at=self.now, stage=stage, kind=kind,
             input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
             env_fingerprint=run.env_fingerprint, prev_hash=run.last_hash or GENESIS_HASH, **fields,
-        )
+        ))
         event.hash = event_compute_hash(event)
         run.event_count, run.last_hash = event.seq, event.hash
         self.events.append(event)
