@@ -217,12 +217,13 @@ def write_transaction():
 
 @functools.cache
 def _insert_sql(model, rows: int, skip_conflicts: bool, vendor: str, returning: tuple = ("id",)) -> tuple[str, tuple]:
+    """The INSERT of ``rows`` rows of ``model`` and the preps of its columns (``_save_preps``)."""
     fields = tuple(f for f in model._meta.concrete_fields if not (f.primary_key and _auto_pk(model)))
     row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     conflict = " ON CONFLICT DO NOTHING" if skip_conflicts else ""
     sql = (f"INSERT INTO {_quote(model._meta.db_table)} ({', '.join(_quote(f.column) for f in fields)}) "
            f"VALUES {', '.join([row] * rows)}{conflict} RETURNING {', '.join(_quote(c) for c in returning)}")
-    return sql, fields
+    return sql, _save_preps(fields)
 
 
 def _auto_pk(model) -> bool:
@@ -234,18 +235,17 @@ def insert_statement(model, objects: list, *, skip_conflicts: bool = False, db=N
     """A multi-row INSERT … RETURNING id (or the ``returning`` columns) for ``objects`` (an auto primary
     key comes from the database, any other, like a run's UUID, from the objects)."""
     db = db or _db()
-    sql, fields = _insert_sql(model, len(objects), skip_conflicts, db.vendor, returning)
-    return sql, _save_values(fields, objects, db)
+    sql, preps = _insert_sql(model, len(objects), skip_conflicts, db.vendor, returning)
+    return sql, _save_values(preps, objects, db)
 
 
-def _save_values(fields: tuple, objects: list, db) -> list:
+def _save_values(preps: tuple, objects: list, db) -> list:
     """``field.get_db_prep_save(value)`` for each object and field, sparing the call where it would return
     the value unchanged (``_save_preps``)."""
     return [value if type(value) is kept else prep(value, db)
-            for obj in objects for attname, kept, prep in _save_preps(fields) for value in (getattr(obj, attname),)]
+            for obj in objects for attname, kept, prep in preps for value in (getattr(obj, attname),)]
 
 
-@functools.cache
 def _save_preps(fields: tuple) -> tuple:
     """(attname, kept type, prep) for each field: on PostgreSQL ``get_db_prep_save`` returns a value of
     the kept type unchanged (a str in a CharField or TextField, a UUID in a UUIDField or a foreign key to
@@ -326,7 +326,7 @@ _LAST_EVENT = "last_event"
 @functools.cache
 def _run_update_sql(changed: tuple[str, ...], vendor: str, from_last: tuple[str, ...] = ()) -> tuple[str, tuple]:
     """UPDATE of the run's ``changed`` columns; those in ``from_last`` are taken from the last row of the
-    ``inserted`` CTE (the statement's events), the others are parameters."""
+    ``inserted`` CTE (the statement's events), the others are parameters (with their ``_save_preps``)."""
     fields = tuple(Run._meta.get_field(name) for name in changed if name not in from_last)
     assignments = [f"{_quote(f.column)} = %s" for f in fields]
     assignments += [f"{_quote(Run._meta.get_field(name).column)} = {_LAST_EVENT}.{_quote(_RUN_FROM_LAST_EVENT[name])}"
@@ -336,7 +336,7 @@ def _run_update_sql(changed: tuple[str, ...], vendor: str, from_last: tuple[str,
     if from_last:
         columns = ", ".join(_quote(_RUN_FROM_LAST_EVENT[name]) for name in from_last)
         source = f" FROM (SELECT {columns} FROM inserted ORDER BY {_quote('seq')} DESC LIMIT 1) {_LAST_EVENT}"
-    return f"UPDATE {table} SET {', '.join(assignments)}{source} WHERE {table}.{_quote('id')} = %s", fields
+    return f"UPDATE {table} SET {', '.join(assignments)}{source} WHERE {table}.{_quote('id')} = %s", _save_preps(fields)
 
 
 def _returning_for(from_last: tuple[str, ...]) -> tuple[str, ...]:
@@ -347,8 +347,8 @@ def _returning_for(from_last: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _run_update_statement(run: Run, changed: list[str], db, from_last: tuple[str, ...] = ()) -> tuple[str, list]:
-    sql, fields = _run_update_sql(tuple(changed), db.vendor, from_last)
-    return sql, [*_save_values(fields, [run], db), Run._meta.pk.get_db_prep_value(run.pk, db)]
+    sql, preps = _run_update_sql(tuple(changed), db.vendor, from_last)
+    return sql, [*_save_values(preps, [run], db), Run._meta.pk.get_db_prep_value(run.pk, db)]
 
 
 def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str], *,
