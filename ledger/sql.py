@@ -402,12 +402,8 @@ class _Columns(list):
                                 if converters)
 
 
-def _converted(model, fields) -> _Columns:
-    return _Columns(model, fields)
-
-
-def _python_values(model, converted: _Columns, values, db) -> list:
-    """Raw database values as the ORM would give them (the converters of ``_converted``)."""
+def _python_values(converted: _Columns, values, db) -> list:
+    """Raw database values as the ORM would give them (the converters of ``_Columns``)."""
     out = list(values)
     for i, column, converters in converted.converting:
         value = out[i]
@@ -419,7 +415,7 @@ def _python_values(model, converted: _Columns, values, db) -> list:
 
 def from_row(model, converted: _Columns, values, db=None):
     """The model instance for a row of ``converted`` columns (the others deferred)."""
-    return _instance(model, converted.attnames, _python_values(model, converted, values, db or _db()))
+    return _instance(model, converted.attnames, _python_values(converted, values, db or _db()))
 
 
 def _instance(model, attnames: list[str], values) -> object:
@@ -525,7 +521,7 @@ def _run_read_statement(vendor: str, lock: bool, client_lookup: bool, by_trigger
         + ("WHERE w.slug = %s AND r.trigger_key = %s" if by_trigger_key else "WHERE r.id = %s")
         + (" FOR UPDATE OF r" if lock else "")
     )
-    return sql, _converted(Run, run_fields), _converted(Workflow, workflow_fields)
+    return sql, _Columns(Run, run_fields), _Columns(Workflow, workflow_fields)
 
 
 def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
@@ -629,7 +625,7 @@ def _select_statement(model, field_names: tuple, where: str, order: str, limit: 
     sql = (f"SELECT {', '.join(_quote(f.column) for f in fields)} FROM {_quote(model._meta.db_table)} "
            f"WHERE {where}" + (f" ORDER BY {order}" if order else "") + (f" LIMIT {int(limit)}" if limit else "")
            + (" FOR UPDATE" if lock else ""))
-    return sql, _converted(model, fields)
+    return sql, _Columns(model, fields)
 
 
 @dataclass(frozen=True)
@@ -653,11 +649,10 @@ class Rows:
         return sql, self.params, functools.partial(self._converted_rows, converted)
 
     def _converted_rows(self, converted, rows, db) -> list:
-        values = [tuple(_python_values(self.model, converted, row, db)) for row in rows]
+        values = [tuple(_python_values(converted, row, db)) for row in rows]
         if self.fields:
             return values
-        attnames = [f.attname for f in self.model._meta.concrete_fields]
-        return [_instance(self.model, attnames, row) for row in values]
+        return [_instance(self.model, converted.attnames, row) for row in values]
 
 
 @dataclass(frozen=True)
@@ -736,7 +731,7 @@ def _token_statement(vendor: str):
     sql = (f"SELECT t.revoked_at, {', '.join('u.' + _quote(f.column) for f in user_fields)}, "
            f"{_user_groups_array(User)} "
            f"FROM ledger_apitoken t JOIN {_quote(User._meta.db_table)} u ON u.id = t.user_id WHERE t.key_hash = %s")
-    return sql, User, _converted(User, user_fields)
+    return sql, User, _Columns(User, user_fields)
 
 
 def token_user_read(key_hash: str):
