@@ -13,19 +13,16 @@ import contextvars
 import functools
 import hashlib
 import re
-import uuid
 from dataclasses import dataclass
-from datetime import datetime
 from datetime import timezone as dt_timezone
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
-from django.db.models.base import ModelState
-from django.db.models.signals import post_init, pre_init
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from psycopg.adapt import Transformer
 from psycopg.pq import TransactionStatus
 from psycopg.types.datetime import TimestamptzLoader
 
+from ledger import rows
 from ledger.models import Checkpoint, LedgerEvent, Run, Workflow
 
 
@@ -216,14 +213,14 @@ def write_transaction():
 
 
 @functools.cache
-def _insert_sql(model, rows: int, skip_conflicts: bool, vendor: str, returning: tuple = ("id",)) -> tuple[str, tuple]:
-    """The INSERT of ``rows`` rows of ``model`` and the preps of its columns (``_save_preps``)."""
+def _insert_sql(model, count: int, skip_conflicts: bool, vendor: str, returning: tuple = ("id",)) -> tuple[str, tuple]:
+    """The INSERT of ``count`` rows of ``model`` and the preps of its columns (``rows.save_preps``)."""
     fields = tuple(f for f in model._meta.concrete_fields if not (f.primary_key and _auto_pk(model)))
     row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     conflict = " ON CONFLICT DO NOTHING" if skip_conflicts else ""
     sql = (f"INSERT INTO {_quote(model._meta.db_table)} ({', '.join(_quote(f.column) for f in fields)}) "
-           f"VALUES {', '.join([row] * rows)}{conflict} RETURNING {', '.join(_quote(c) for c in returning)}")
-    return sql, _save_preps(fields)
+           f"VALUES {', '.join([row] * count)}{conflict} RETURNING {', '.join(_quote(c) for c in returning)}")
+    return sql, rows.save_preps(fields)
 
 
 def _auto_pk(model) -> bool:
@@ -236,42 +233,7 @@ def insert_statement(model, objects: list, *, skip_conflicts: bool = False, db=N
     key comes from the database, any other, like a run's UUID, from the objects)."""
     db = db or _db()
     sql, preps = _insert_sql(model, len(objects), skip_conflicts, db.vendor, returning)
-    return sql, _save_values(preps, objects, db)
-
-
-def _save_values(preps: tuple, objects: list, db) -> list:
-    """``field.get_db_prep_save(value)`` for each object and field, sparing the call where it would return
-    the value unchanged (``_save_preps``)."""
-    return [value if type(value) is kept else prep(value, db)
-            for obj in objects for attname, kept, prep in preps for value in (getattr(obj, attname),)]
-
-
-def _save_preps(fields: tuple) -> tuple:
-    """(attname, kept type, prep) for each field: on PostgreSQL ``get_db_prep_save`` returns a value of
-    the kept type unchanged (a str in a CharField or TextField, a UUID in a UUIDField or a foreign key to
-    one, a bool in a BooleanField); every other value goes through it (an aware datetime in a
-    DateTimeField through ``_datetime_prep``)."""
-    preps = []
-    for f in fields:
-        target = f.target_field if f.is_relation else f
-        kept = _KEPT.get(type(target), _Never)
-        prep = f.get_db_prep_save
-        if type(target) is models.DateTimeField:
-            prep = functools.partial(_datetime_prep, prep)
-        preps.append((f.attname, kept, prep))
-    return tuple(preps)
-
-
-_KEPT = {models.CharField: str, models.TextField: str, models.UUIDField: uuid.UUID, models.BooleanField: bool}
-
-
-class _Never:
-    """No value is of this type: the field's values always go through their prep."""
-
-
-def _datetime_prep(prep, value, db):
-    """An aware datetime is saved as it is (a naive one is made aware, with Django's warning)."""
-    return value if type(value) is datetime and value.utcoffset() is not None else prep(value, db)
+    return sql, rows.save_values(preps, objects, db)
 
 
 def _assign_ids(objects: list, ids: list) -> None:
@@ -326,7 +288,7 @@ _LAST_EVENT = "last_event"
 @functools.cache
 def _run_update_sql(changed: tuple[str, ...], vendor: str, from_last: tuple[str, ...] = ()) -> tuple[str, tuple]:
     """UPDATE of the run's ``changed`` columns; those in ``from_last`` are taken from the last row of the
-    ``inserted`` CTE (the statement's events), the others are parameters (with their ``_save_preps``)."""
+    ``inserted`` CTE (the statement's events), the others are parameters (with their ``rows.save_preps``)."""
     fields = tuple(Run._meta.get_field(name) for name in changed if name not in from_last)
     assignments = [f"{_quote(f.column)} = %s" for f in fields]
     assignments += [f"{_quote(Run._meta.get_field(name).column)} = {_LAST_EVENT}.{_quote(_RUN_FROM_LAST_EVENT[name])}"
@@ -336,7 +298,7 @@ def _run_update_sql(changed: tuple[str, ...], vendor: str, from_last: tuple[str,
     if from_last:
         columns = ", ".join(_quote(_RUN_FROM_LAST_EVENT[name]) for name in from_last)
         source = f" FROM (SELECT {columns} FROM inserted ORDER BY {_quote('seq')} DESC LIMIT 1) {_LAST_EVENT}"
-    return f"UPDATE {table} SET {', '.join(assignments)}{source} WHERE {table}.{_quote('id')} = %s", _save_preps(fields)
+    return f"UPDATE {table} SET {', '.join(assignments)}{source} WHERE {table}.{_quote('id')} = %s", rows.save_preps(fields)
 
 
 def _returning_for(from_last: tuple[str, ...]) -> tuple[str, ...]:
@@ -348,7 +310,7 @@ def _returning_for(from_last: tuple[str, ...]) -> tuple[str, ...]:
 
 def _run_update_statement(run: Run, changed: list[str], db, from_last: tuple[str, ...] = ()) -> tuple[str, list]:
     sql, preps = _run_update_sql(tuple(changed), db.vendor, from_last)
-    return sql, [*_save_values(preps, [run], db), Run._meta.pk.get_db_prep_value(run.pk, db)]
+    return sql, [*rows.save_values(preps, [run], db), Run._meta.pk.get_db_prep_value(run.pk, db)]
 
 
 def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str], *,
@@ -386,71 +348,6 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
         sql, params = _run_update_statement(run, changed, db)
         with _cursor(db=db) as cursor:
             _execute(cursor, sql, params, db=db)
-
-
-class _Columns(list):
-    """(field, [converters]) pairs that turn raw database values into Python ones, as the ORM does, with
-    what a row needs precomputed: the attnames, and only the columns that have converters (a run's JSON
-    columns; most have none), each with its column expression."""
-
-    def __init__(self, model, fields):
-        table = model._meta.db_table
-        super().__init__((f, connection.ops.get_db_converters(f.get_col(table)) + f.get_db_converters(connection))
-                         for f in fields)
-        self.attnames = [f.attname for f, _ in self]
-        self.converting = tuple((i, f.get_col(table), converters) for i, (f, converters) in enumerate(self)
-                                if converters)
-
-
-def _python_values(converted: _Columns, values, db) -> list:
-    """Raw database values as the ORM would give them (the converters of ``_Columns``)."""
-    out = list(values)
-    for i, column, converters in converted.converting:
-        value = out[i]
-        for convert in converters:
-            value = convert(value, column, db)
-        out[i] = value
-    return out
-
-
-def from_row(model, converted: _Columns, values, db=None):
-    """The model instance for a row of ``converted`` columns (the others deferred)."""
-    return _instance(model, converted.attnames, _python_values(converted, values, db or _db()))
-
-
-def _instance(model, attnames: list[str], values) -> object:
-    """What ``model.from_db`` makes of Python values. Without ``pre_init`` / ``post_init`` receivers for the
-    model, ``Model.__init__`` only stores each value under its attname in a fresh instance, so that is done
-    directly (a third of the conversion's cost for a run's ~40 columns; ``tests/ledger/test_row_instances.py``)."""
-    if pre_init.has_listeners(model) or post_init.has_listeners(model):
-        return model.from_db(DEFAULT_DB_ALIAS, attnames, list(values))
-    instance = model.__new__(model)
-    instance.__dict__.update(zip(attnames, values))
-    state = instance._state = ModelState()
-    state.adding, state.db = False, DEFAULT_DB_ALIAS
-    return instance
-
-
-def model_new(model, values: dict):
-    """``model(**values)`` for a new row whose ``values`` are keyed by concrete fields' attnames (the other
-    fields take their defaults). As with ``_instance``, without ``pre_init`` / ``post_init`` receivers
-    ``Model.__init__`` only stores each value (or default) under its attname, so that is done directly;
-    anything else (a related object, a property, an unknown name) goes through ``model(**values)``."""
-    attnames, fields = _new_fields(model)
-    if pre_init.has_listeners(model) or post_init.has_listeners(model) or not values.keys() <= attnames:
-        return model(**values)
-    instance = model.__new__(model)
-    instance._state = ModelState()
-    stored = instance.__dict__
-    for attname, field in fields:
-        stored[attname] = values[attname] if attname in values else field.get_default()
-    return instance
-
-
-@functools.cache
-def _new_fields(model) -> tuple[frozenset, tuple]:
-    fields = tuple((f.attname, f) for f in model._meta.concrete_fields if not f.generated)
-    return frozenset(attname for attname, _ in fields), fields
 
 
 @dataclass
@@ -521,7 +418,7 @@ def _run_read_statement(vendor: str, lock: bool, client_lookup: bool, by_trigger
         + ("WHERE w.slug = %s AND r.trigger_key = %s" if by_trigger_key else "WHERE r.id = %s")
         + (" FOR UPDATE OF r" if lock else "")
     )
-    return sql, _Columns(Run, run_fields), _Columns(Workflow, workflow_fields)
+    return sql, rows.Columns(Run, run_fields), rows.Columns(Workflow, workflow_fields)
 
 
 def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
@@ -558,8 +455,8 @@ def _run_with_workflow(row, run_columns, workflow_columns, db=None) -> tuple[Run
     """The run (its workflow attached) from a row of ``_run_read_statement``, and the columns after them."""
     n, m = len(run_columns), len(workflow_columns)
     db = db or _db()
-    run = from_row(Run, run_columns, row[:n], db)
-    run.workflow = from_row(Workflow, workflow_columns, row[n:n + m], db)
+    run = rows.from_row(Run, run_columns, row[:n], db)
+    run.workflow = rows.from_row(Workflow, workflow_columns, row[n:n + m], db)
     return run, row[n + m:]
 
 
@@ -625,7 +522,7 @@ def _select_statement(model, field_names: tuple, where: str, order: str, limit: 
     sql = (f"SELECT {', '.join(_quote(f.column) for f in fields)} FROM {_quote(model._meta.db_table)} "
            f"WHERE {where}" + (f" ORDER BY {order}" if order else "") + (f" LIMIT {int(limit)}" if limit else "")
            + (" FOR UPDATE" if lock else ""))
-    return sql, _Columns(model, fields)
+    return sql, rows.Columns(model, fields)
 
 
 @dataclass(frozen=True)
@@ -648,11 +545,11 @@ class Rows:
                                            self.lock and available(), db.vendor)
         return sql, self.params, functools.partial(self._converted_rows, converted)
 
-    def _converted_rows(self, converted, rows, db) -> list:
-        values = [tuple(_python_values(converted, row, db)) for row in rows]
+    def _converted_rows(self, converted, found, db) -> list:
+        values = [tuple(rows.python_values(converted, row, db)) for row in found]
         if self.fields:
             return values
-        return [_instance(self.model, converted.attnames, row) for row in values]
+        return [rows.instance(self.model, converted.attnames, row) for row in values]
 
 
 @dataclass(frozen=True)
@@ -666,7 +563,7 @@ class IntentLock:
     def statement(self, db) -> tuple[str, list, object] | None:
         if not available():
             return None  # the embedded SQLite has one writer at a time
-        return _INTENT_LOCK, [self.intent, self.workflow_id], lambda rows, db: []
+        return _INTENT_LOCK, [self.intent, self.workflow_id], lambda found, db: []
 
 
 _INTENT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))"
@@ -731,7 +628,7 @@ def _token_statement(vendor: str):
     sql = (f"SELECT t.revoked_at, {', '.join('u.' + _quote(f.column) for f in user_fields)}, "
            f"{_user_groups_array(User)} "
            f"FROM ledger_apitoken t JOIN {_quote(User._meta.db_table)} u ON u.id = t.user_id WHERE t.key_hash = %s")
-    return sql, User, _Columns(User, user_fields)
+    return sql, User, rows.Columns(User, user_fields)
 
 
 def token_user_read(key_hash: str):
@@ -742,4 +639,4 @@ def token_user_read(key_hash: str):
         row = cursor.fetchone()
     if row is None:
         return None
-    return row[0], from_row(User, user_columns, row[1:-1]), row[-1]
+    return row[0], rows.from_row(User, user_columns, row[1:-1]), row[-1]

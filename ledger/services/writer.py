@@ -14,7 +14,7 @@ from datetime import timezone as dt_timezone
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 
-from ledger import machine, recovery, sql
+from ledger import machine, recovery, rows, sql
 from ledger.models import LEASED_STATES, TERMINAL_STATES, Checkpoint, EventKind, LedgerEvent, Run, Workflow
 from stateboard.canonical import canonical_json, digest, sha256_hex
 from stateboard.errors import Conflict, NotFound
@@ -82,7 +82,7 @@ class RunWriter:
     def emit(self, kind: str, stage: str = "", **fields) -> LedgerEvent:
         run = self.run
         fields.setdefault("actor", self.actor)
-        event = sql.model_new(LedgerEvent, dict(
+        event = rows.model_new(LedgerEvent, dict(
             run_id=run.id, seq=run.event_count + 1, at=self.now, stage=stage, kind=kind,
             input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
             env_fingerprint=run.env_fingerprint, prev_hash=run.last_hash or GENESIS_HASH, **fields,

@@ -1,5 +1,5 @@
-"""``ledger.sql.from_row`` builds the instances of the hot reads as ``Model.from_db`` would, and
-``ledger.sql.model_new`` a new event as ``Model.__init__`` would: the same values, the same state, deferred
+"""``ledger.rows.from_row`` builds the instances of the hot reads as ``Model.from_db`` would, and
+``ledger.rows.model_new`` a new event as ``Model.__init__`` would: the same values, the same state, deferred
 fields still loaded on access, and ``Model.__init__`` itself whenever something listens to a model's init
 signals."""
 
@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 from django.db.models.signals import post_init
 
-from ledger import services, sql
+from ledger import rows, services, sql
 from ledger.models import LedgerEvent, Run, Workflow
 from tests.factories import make_workflow
 
@@ -60,20 +60,20 @@ def test_a_model_with_an_init_receiver_is_built_by_its_own_init(run_id):
      "kind": "started", "actor": "agent:a", "evidence": [{"uri": "u"}], "hash": "h" * 64},
 ])
 def test_a_new_event_is_built_as_its_init_builds_it(values):
-    built, orm = sql.model_new(LedgerEvent, dict(values)), LedgerEvent(**values)
+    built, orm = rows.model_new(LedgerEvent, dict(values)), LedgerEvent(**values)
     assert list(built.__dict__) == list(orm.__dict__)  # the same attributes, in the same order
     assert _fields(built) == _fields(orm)
     assert (built._state.adding, built._state.db) == (orm._state.adding, orm._state.db) == (True, None)
-    assert sql.model_new(LedgerEvent, {}).evidence is not sql.model_new(LedgerEvent, {}).evidence  # fresh defaults
+    assert rows.model_new(LedgerEvent, {}).evidence is not rows.model_new(LedgerEvent, {}).evidence  # fresh defaults
 
 
 def test_a_new_instance_given_anything_but_attnames_is_built_by_its_init():
     wf = make_workflow(stages=["build"])
     run = Run(workflow=wf, intent="i", inputs={})
-    event = sql.model_new(LedgerEvent, {"run": run, "seq": 1})
+    event = rows.model_new(LedgerEvent, {"run": run, "seq": 1})
     assert event.run is run and event.run_id == run.id
     with pytest.raises(TypeError):
-        sql.model_new(LedgerEvent, {"nonsense": 1})
+        rows.model_new(LedgerEvent, {"nonsense": 1})
     seen = []
 
     def receiver(sender, instance, **kwargs):
@@ -81,7 +81,7 @@ def test_a_new_instance_given_anything_but_attnames_is_built_by_its_init():
 
     post_init.connect(receiver, sender=LedgerEvent)
     try:
-        event = sql.model_new(LedgerEvent, {"seq": 2})
+        event = rows.model_new(LedgerEvent, {"seq": 2})
     finally:
         post_init.disconnect(receiver, sender=LedgerEvent)
     assert seen == [event]

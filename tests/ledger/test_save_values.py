@@ -1,4 +1,4 @@
-"""The hot path's save values (``ledger.sql._save_values``) quote exactly as Django's ``get_db_prep_save``."""
+"""The hot path's save values (``ledger.rows.save_values``) quote exactly as Django's ``get_db_prep_save``."""
 
 import uuid
 import warnings
@@ -9,7 +9,7 @@ from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import sql
+from ledger import rows, sql
 from ledger.models import Checkpoint, Effect, EventKind, LedgerEvent, Run
 
 pytestmark = pytest.mark.django_db
@@ -45,7 +45,7 @@ def test_save_values_quote_as_get_db_prep_save(model, data):
     for f in fields:
         obj.__dict__[f.attname] = data.draw(VALUES, label=f.attname)
     for f in fields:  # field by field: one value refused on both sides must not hide the others
-        ours = _quoted(lambda: sql._save_values(sql._save_preps((f,)), [obj], connection))
+        ours = _quoted(lambda: rows.save_values(rows.save_preps((f,)), [obj], connection))
         djangos = _quoted(lambda: [f.get_db_prep_save(getattr(obj, f.attname), connection)])
         assert ours == djangos, f.name
 
@@ -55,6 +55,6 @@ def test_the_kept_values_are_passed_on_as_they_are():
     fields = tuple(LedgerEvent._meta.get_field(name) for name in ("run", "at", "stage", "seq"))
     obj = LedgerEvent.__new__(LedgerEvent)
     obj.__dict__.update(run_id=run_id, at=at, stage="build", seq=3)
-    run_value, at_value, stage_value, seq_value = sql._save_values(sql._save_preps(fields), [obj], connection)
+    run_value, at_value, stage_value, seq_value = rows.save_values(rows.save_preps(fields), [obj], connection)
     assert run_value is run_id and at_value is at and stage_value == "build"
     assert int(seq_value) == 3  # an integer still goes through Django (psycopg's Int4)
