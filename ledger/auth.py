@@ -13,7 +13,7 @@ import time
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from ledger import sql
+from ledger import sql, token_sql
 from stateboard.canonical import sha256_hex
 from stateboard.roles import roles_remember
 
@@ -92,7 +92,7 @@ def token_cached_user(key_hash: str):
         return None
     user, group_names = cached
     roles_remember(user, group_names)
-    return user, sql.TokenConfirmation(key_hash, group_names)
+    return user, token_sql.TokenConfirmation(key_hash, group_names)
 
 
 class HashedTokenAuthentication(authentication.BaseAuthentication):
@@ -111,7 +111,7 @@ class HashedTokenAuthentication(authentication.BaseAuthentication):
             user, request._token_to_confirm = cached
             return user, key_hash
         if sql.available():  # token, user and roles in one statement (every API call)
-            found = sql.token_user_read(key_hash)
+            found = token_sql.token_user_read(key_hash)
             revoked_at, user, group_names = found if found else (None, None, [])
         else:
             token = ApiToken.objects.select_related("user").filter(key_hash=key_hash).first()
@@ -138,7 +138,7 @@ def token_confirmed(view, request, call):
     request._token_to_confirm = None
     try:
         return confirming(pending, call)
-    except sql.TokenChanged:
+    except token_sql.TokenChanged:
         pass
     token_forget(pending.key_hash)
     request._authenticate()  # afresh: 401 if revoked
@@ -146,22 +146,22 @@ def token_confirmed(view, request, call):
     return call()
 
 
-def confirming(pending: sql.TokenConfirmation, call):
+def confirming(pending: token_sql.TokenConfirmation, call):
     """``call()`` while ``pending`` waits for the locking read that confirms it. A refusal raised before
     any statement confirmed the token is answered only once a read of its own confirmed it; a changed
     token raises TokenChanged, always before anything was written."""
-    reset = sql.token_to_confirm.set(pending)
+    reset = token_sql.token_to_confirm.set(pending)
     try:
         try:
             result = call()
-        except sql.TokenChanged:
+        except token_sql.TokenChanged:
             raise
         except Exception:  # a refusal (or a body that does not parse) before the lock read
             if not pending.confirmed:
-                sql.token_confirm(pending, sql.token_groups_read(pending.key_hash))
+                token_sql.token_confirm(pending, token_sql.token_groups_read(pending.key_hash))
             raise
         if not pending.confirmed:  # every call made here reads the run first; a new path must too
             raise RuntimeError("a token served from the cache was never confirmed")
         return result
     finally:
-        sql.token_to_confirm.reset(reset)
+        token_sql.token_to_confirm.reset(reset)

@@ -30,7 +30,7 @@ from django.urls.converters import UUIDConverter
 from rest_framework import authentication, exceptions
 from rest_framework.renderers import JSONRenderer
 
-from ledger import sql
+from ledger import sql, token_sql
 from ledger.api import RunEventsApi, append_answer
 from ledger.auth import confirming, token_cached_user, token_forget, token_key_hash
 from stateboard.errors import DomainError, ParseFailed, Refused, accepts_at_once, decode_json_body
@@ -102,7 +102,7 @@ class AppendFastPath:
         run_id = uuid.UUID(match.group(1))
         try:
             body, status_code = confirming(pending, lambda: append_answer(user, run_id, data))
-        except sql.TokenChanged:
+        except token_sql.TokenChanged:
             token_forget(key_hash)
             return None
         except Refused:

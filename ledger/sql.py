@@ -350,53 +350,6 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
             _execute(cursor, sql, params, db=db)
 
 
-@dataclass
-class TokenConfirmation:
-    """An API token served from the per-process cache (``ledger.auth``), still to be confirmed by the
-    request's locking read: its roles (group names) when cached, and whether a statement confirmed it."""
-
-    key_hash: str
-    group_names: frozenset
-    confirmed: bool = False
-
-
-class TokenChanged(Exception):
-    """The cached token was revoked, its user deactivated or its roles changed since it was cached."""
-
-
-token_to_confirm: contextvars.ContextVar[TokenConfirmation | None] = contextvars.ContextVar(
-    "token_to_confirm", default=None)
-
-
-def _user_groups_array(User) -> str:
-    """The group names of user ``u`` as an array expression (the roles, ``stateboard.roles``)."""
-    groups = _quote(User.groups.through._meta.db_table)
-    return f"ARRAY(SELECT g.name FROM {groups} ug JOIN auth_group g ON g.id = ug.group_id WHERE ug.user_id = u.id)"
-
-
-def _token_groups_column() -> str:
-    """The token's current group names, NULL when it is revoked, unknown or its user inactive."""
-    from django.contrib.auth import get_user_model
-
-    User = get_user_model()
-    return (f"(SELECT {_user_groups_array(User)} FROM ledger_apitoken t JOIN {_quote(User._meta.db_table)} u "
-            f"ON u.id = t.user_id WHERE t.key_hash = %s AND t.revoked_at IS NULL AND u.is_active)")
-
-
-def token_confirm(pending: TokenConfirmation, group_names) -> None:
-    """Compare what a statement read of the token with what was cached; raise TokenChanged if it differs."""
-    if group_names is None or frozenset(group_names) != pending.group_names:
-        raise TokenChanged()
-    pending.confirmed = True
-
-
-def token_groups_read(key_hash: str):
-    """The token's current group names (None if revoked), on its own (a refusal raised before any lock)."""
-    with _cursor(write_path=False) as cursor:
-        cursor.execute(f"SELECT {_token_groups_column()}", [key_hash])
-        return cursor.fetchone()[0]
-
-
 @functools.cache
 def _run_read_statement(vendor: str, lock: bool, client_lookup: bool, by_trigger_key: bool = False,
                         token_check: bool = False):
@@ -411,7 +364,7 @@ def _run_read_statement(vendor: str, lock: bool, client_lookup: bool, by_trigger
         columns += [f"(SELECT e.id FROM {events} e WHERE e.run_id = r.id AND e.client_event_id = %s LIMIT 1)",
                     f"(SELECT e.seq FROM {events} e WHERE e.run_id = r.id ORDER BY e.seq DESC LIMIT 1)"]
     if token_check:
-        columns.append(_token_groups_column())
+        columns.append(token_sql.token_groups_column())
     sql = (
         f"SELECT {', '.join(columns)} "
         f"FROM {_quote(Run._meta.db_table)} r JOIN {_quote(Workflow._meta.db_table)} w ON w.id = r.workflow_id "
@@ -430,7 +383,7 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
     revoked or its roles changed, TokenChanged is raised before anything is written."""
     db = _db()
     client_lookup = client_event_id is not None
-    pending = token_to_confirm.get()
+    pending = token_sql.token_to_confirm.get()
     token_check = pending is not None and not pending.confirmed
     sql, run_columns, workflow_columns = _run_read_statement(db.vendor, lock, client_lookup,
                                                              token_check=token_check)
@@ -442,10 +395,10 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
         row = cursor.fetchone()
     if row is None:
         if token_check:
-            token_confirm(pending, token_groups_read(pending.key_hash))  # no such run: who asks still counts
+            token_sql.token_confirm(pending, token_sql.token_groups_read(pending.key_hash))  # no such run: who asks still counts
         return None
     if token_check:
-        token_confirm(pending, row[-1])
+        token_sql.token_confirm(pending, row[-1])
         row = row[:-1]
     run, rest = _run_with_workflow(row, run_columns, workflow_columns, db)
     return (run, *rest) if client_lookup else (run, None, None)
@@ -619,24 +572,4 @@ def select_models(model, where: str, params: list, *, order: str = "", limit: in
     return reads(Rows(model, where, params, (), order, limit, lock))[0]
 
 
-@functools.cache
-def _token_statement(vendor: str):
-    from django.contrib.auth import get_user_model
-
-    User = get_user_model()
-    user_fields = list(User._meta.concrete_fields)
-    sql = (f"SELECT t.revoked_at, {', '.join('u.' + _quote(f.column) for f in user_fields)}, "
-           f"{_user_groups_array(User)} "
-           f"FROM ledger_apitoken t JOIN {_quote(User._meta.db_table)} u ON u.id = t.user_id WHERE t.key_hash = %s")
-    return sql, User, rows.Columns(User, user_fields)
-
-
-def token_user_read(key_hash: str):
-    """(revoked_at, user, group names) for a token hash in one statement (PostgreSQL), or None."""
-    sql, User, user_columns = _token_statement(connection.vendor)
-    with _cursor(write_path=False) as cursor:
-        _execute(cursor, sql, [key_hash])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    return row[0], rows.from_row(User, user_columns, row[1:-1]), row[-1]
+from ledger import token_sql  # noqa: E402  (it builds on the statements above)

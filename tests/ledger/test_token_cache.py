@@ -4,7 +4,7 @@ a revoked token, a deactivated user or a removed role are refused at once, and n
 import pytest
 from django.contrib.auth.models import Group
 
-from ledger import auth, sql
+from ledger import auth, token_sql
 from ledger.auth import token_revoke
 from ledger.models import ApiToken, LedgerEvent
 from stateboard.roles import AGENT
@@ -35,8 +35,8 @@ def _post(driver, run_id, body):
 def test_a_cached_token_skips_the_token_read(agent_run, monkeypatch):
     driver, run_id, _, _ = agent_run
     reads = []
-    real = sql.token_user_read
-    monkeypatch.setattr(sql, "token_user_read", lambda key_hash: reads.append(key_hash) or real(key_hash))
+    real = token_sql.token_user_read
+    monkeypatch.setattr(token_sql, "token_user_read", lambda key_hash: reads.append(key_hash) or real(key_hash))
     driver.event(run_id, "build", "proposed")
     driver.event(run_id, "build", "succeeded")
     assert reads == []
