@@ -191,7 +191,11 @@ def _json_object(data) -> dict:
 
 
 def _validated(serializer_class, request):
-    serializer = serializer_class(data=_body(request))
+    return _validated_data(serializer_class, _body(request))
+
+
+def _validated_data(serializer_class, data: dict):
+    serializer = serializer_class(data=data)
     if not serializer.is_valid():
         raise Invalid("validation_error", "Invalid input.", errors=serializer.errors)
     return serializer.validated_data
@@ -296,6 +300,7 @@ class RunTriggerInputSerializer(serializers.Serializer):
 @extend_schema_view(get=operation(OPS["runs_list"], responses={200: RunOutputSerializer}))
 class RunListCreateApi(ListAPIView):
     roles = {"GET": ANY, "POST": ANY}
+    token_cached = {"POST"}  # the trigger's first read confirms a cached token (ledger.auth)
     authorizer = authorizers.may_trigger
     serializer_class = RunOutputSerializer
     pagination_class = NewestFirstCursor
@@ -309,19 +314,26 @@ class RunListCreateApi(ListAPIView):
                responses={201: RunOutputSerializer, 200: RunOutputSerializer})
     @refusals("trigger", audit=(Refused,))
     def post(self, request):
-        authorizers.may_trigger(request.user)
         arrived = time.monotonic()  # SPEC §7: the trigger's latency runs from here to the committed decision
-        data = _validated(RunTriggerInputSerializer, request)
-        trigger = data.get("trigger") or ("api" if has_role(request.user, AGENT) else "human")
-        run, created = services.run_trigger(
-            workflow_slug=data["workflow"], intent=data.get("intent") or None, trigger=trigger,
-            trigger_key=data.get("trigger_key") or None, inputs=data["inputs"],
-            env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(request.user),
-            staged=data.get("staged", False))
-        if created:  # a duplicate decided nothing
-            transaction.on_commit(functools.partial(_decision_latency_record, run.id, arrived), robust=True)
-        return Response(run_body(run, duplicate=not created),
-                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        body, status_code = token_confirmed(self, request,
+                                            lambda: trigger_answer(request.user, lambda: request.data, arrived))
+        return Response(body, status=status_code)
+
+
+def trigger_answer(user, data, arrived: float) -> tuple[dict, int]:
+    """What ``POST /runs/`` answers: (body, status). ``data()`` gives the decoded body, read once the
+    caller may trigger at all; ``arrived`` is when the request came in (``time.monotonic``). Both the view
+    above and ``ledger.fastpath`` answer with it."""
+    authorizers.may_trigger(user)
+    data = _validated_data(RunTriggerInputSerializer, _json_object(data()))
+    trigger = data.get("trigger") or ("api" if has_role(user, AGENT) else "human")
+    run, created = services.run_trigger(
+        workflow_slug=data["workflow"], intent=data.get("intent") or None, trigger=trigger,
+        trigger_key=data.get("trigger_key") or None, inputs=data["inputs"],
+        env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(user), staged=data.get("staged", False))
+    if created:  # a duplicate decided nothing
+        transaction.on_commit(functools.partial(_decision_latency_record, run.id, arrived), robust=True)
+    return run_body(run, duplicate=not created), status.HTTP_201_CREATED if created else status.HTTP_200_OK
 
 
 class RunLeaseInputSerializer(serializers.Serializer):

@@ -1,23 +1,24 @@
-"""The agent's append answered at the door: ``POST /api/v1/runs/{id}/events/`` in its common form,
-without the page middleware, the URL resolver and DRF's request cycle around it.
+"""The agent's two most frequent requests answered at the door — ``POST /api/v1/runs/{id}/events/`` and
+``POST /api/v1/runs/`` (a trigger, most often a duplicate) in their common form — without the page
+middleware, the URL resolver and DRF's request cycle around them.
 
-An append spends as much Python in the stack around it (session, CSRF, messages and auth middleware
-that an API call does not use, URL resolution, DRF's request, negotiation, parsers, permissions and
-renderer) as in the ledger's own work (``bench instructions``: 3.57M instructions per HTTP append, 1.83M
-of them the service's). ``AppendFastPath`` takes the one request agents send most, exactly when the
-answer cannot differ from the full stack's: no query string, a JSON body, ``Accept`` absent, ``*/*`` or
-``application/json``, a token already in the per-process cache (``ledger.auth``), a body that decodes
-(``stateboard.errors.decode_json_body``) and an agent's role. The answer is the view's own
-(``ledger.api.append_answer``), confirmed by the same locking read, and rendered by DRF's renderer.
-Anything else — and a token found changed, or the authorizer's refusal, which is audited there — is
-handed, untouched, to the full stack, which answers it as it always has. Nothing is written before a
-request is handed over. ``API_APPEND_FAST_PATH = False`` turns it off (tests compare both).
-"""
+A request spends as much Python in the stack around it (session, CSRF, messages and auth middleware that
+an API call does not use, URL resolution, DRF's request, negotiation, parsers, permissions and renderer)
+as in the ledger's own work. ``AgentFastPath`` takes these requests exactly when the answer cannot differ
+from the full stack's: no query string, a JSON body, ``Accept`` absent, ``*/*`` or ``application/json``, a
+token already in the per-process cache (``ledger.auth``), a body that decodes
+(``stateboard.errors.decode_json_body``) and a role the authorizer accepts. The answer is the view's own
+(``ledger.api.append_answer``, ``ledger.api.trigger_answer``), the token confirmed by the request's first
+read, rendered by DRF's renderer. Anything else — and a token found changed, or the authorizer's refusal,
+which is audited there — is handed, untouched, to the full stack, which answers it as it always has.
+Nothing is written before a request is handed over. ``API_FAST_PATH = False`` turns it off (tests
+compare both)."""
 
 from __future__ import annotations
 
 import functools
 import re
+import time
 import uuid
 
 from django.conf import settings
@@ -31,7 +32,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.renderers import JSONRenderer
 
 from ledger import sql, token_sql
-from ledger.api import RunEventsApi, append_answer
+from ledger.api import RunEventsApi, RunListCreateApi, append_answer, trigger_answer
 from ledger.auth import confirming, token_cached_user, token_forget, token_key_hash
 from stateboard.errors import DomainError, ParseFailed, Refused, accepts_at_once, decode_json_body
 
@@ -39,22 +40,25 @@ _JSON = "application/json"
 
 
 @functools.cache
-def _route() -> re.Pattern:
-    """The events route as the URLconf spells it, with the run id's converter pattern."""
+def _routes() -> tuple:
+    """(path pattern as the URLconf spells it, its view, answer(user, path match, body, arrived)) for the
+    requests answered here: the append and the trigger."""
     sentinel = uuid.UUID(int=0)
-    path = reverse("run_events", kwargs={"run_id": sentinel})
-    prefix, suffix = path.split(str(sentinel))
-    return re.compile(f"{re.escape(prefix)}({UUIDConverter.regex}){re.escape(suffix)}")
+    prefix, suffix = reverse("run_events", kwargs={"run_id": sentinel}).split(str(sentinel))
+    events = re.compile(f"{re.escape(prefix)}({UUIDConverter.regex}){re.escape(suffix)}")
+    runs = re.compile(re.escape(reverse("run_list")))
+    return ((events, RunEventsApi, lambda user, match, data, arrived: append_answer(user, uuid.UUID(match.group(1)), data)),
+            (runs, RunListCreateApi, lambda user, match, data, arrived: trigger_answer(user, lambda: data, arrived)))
 
 
 @functools.cache
-def _allow() -> str:
-    view = RunEventsApi()
+def _allow(view_class) -> str:
+    view = view_class()
     view.setup(None)  # as for a request: a view with GET also serves HEAD
     return ", ".join(view.allowed_methods)  # the header DRF's view sends
 
 
-class AppendFastPath:
+class AgentFastPath:
     answered = 0  # requests this process answered here (tests read it)
 
     def __init__(self, get_response):
@@ -68,16 +72,20 @@ class AppendFastPath:
         self.finish = [XFrameOptionsMiddleware(get_response).process_response, self.common.process_response]
 
     def __call__(self, request):
-        if request.method == "POST" and settings.API_APPEND_FAST_PATH and sql.available():
+        if request.method == "POST" and settings.API_FAST_PATH and sql.available():
             response = self._answer(request)
             if response is not None:
-                AppendFastPath.answered += 1
+                AgentFastPath.answered += 1
                 return response
         return self.get_response(request)
 
     def _answer(self, request) -> HttpResponse | None:
+        arrived = time.monotonic()
         meta = request.META
-        match = _route().fullmatch(request.path)
+        for route, view_class, answer in _routes():
+            match = route.fullmatch(request.path)
+            if match is not None:
+                break
         content_type = meta.get("CONTENT_TYPE", "")
         if (match is None or not accepts_at_once(meta, _JSON)
                 or not (content_type == _JSON or content_type.startswith(_JSON + ";"))):
@@ -99,9 +107,8 @@ class AppendFastPath:
         except ParseFailed:
             return None
         user, pending = cached
-        run_id = uuid.UUID(match.group(1))
         try:
-            body, status_code = confirming(pending, lambda: append_answer(user, run_id, data))
+            body, status_code = confirming(pending, lambda: answer(user, match, data, arrived))
         except token_sql.TokenChanged:
             token_forget(key_hash)
             return None
@@ -110,7 +117,7 @@ class AppendFastPath:
         except DomainError as exc:
             body, status_code = exc.as_dict(), exc.status_code
         response = HttpResponse(self.renderer.render(body), status=status_code, content_type=_JSON)
-        response["Allow"] = _allow()
+        response["Allow"] = _allow(view_class)
         for finish in self.finish:
             response = finish(request, response)
         return response

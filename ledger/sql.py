@@ -383,8 +383,8 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
     revoked or its roles changed, TokenChanged is raised before anything is written."""
     db = _db()
     client_lookup = client_event_id is not None
-    pending = token_sql.token_to_confirm.get()
-    token_check = pending is not None and not pending.confirmed
+    pending = _token_pending()
+    token_check = pending is not None
     sql, run_columns, workflow_columns = _run_read_statement(db.vendor, lock, client_lookup,
                                                              token_check=token_check)
     params = [client_event_id] if client_lookup else []
@@ -415,12 +415,30 @@ def _run_with_workflow(row, run_columns, workflow_columns, db=None) -> tuple[Run
 
 def run_by_trigger_key(workflow_slug: str, trigger_key: str) -> Run | None:
     """The run (with its inputs and workflow) a trigger key made, in one statement, or None (a
-    duplicate trigger's only read)."""
+    duplicate trigger's only read). A cached API token waiting in ``token_to_confirm`` is confirmed by
+    the same statement, as by ``run_lock_read``."""
     sql, run_columns, workflow_columns = _run_read_statement(connection.vendor, False, False, True)
+    pending = _token_pending()
     with _cursor(write_path=False) as cursor:
-        _execute(cursor, sql, [workflow_slug, trigger_key])
-        row = cursor.fetchone()
+        if pending is None:
+            _execute(cursor, sql, [workflow_slug, trigger_key])
+            row = cursor.fetchone()
+        else:
+            _execute_many(cursor, [(sql, [workflow_slug, trigger_key]), token_sql.token_groups_statement(pending)])
+            row = cursor.fetchone()
+            cursor.nextset()
+            token_sql.token_confirm(pending, cursor.fetchone()[0])
     return None if row is None else _run_with_workflow(row, run_columns, workflow_columns)[0]
+
+
+def _token_pending():
+    """The cached API token the request still owes a confirmation (``ledger.auth``), or None. The
+    request's first read confirms it in the same round trip (``run_lock_read``, ``run_by_trigger_key``,
+    ``reads``)."""
+    if not available():
+        return None
+    pending = token_sql.token_to_confirm.get()
+    return pending if pending is not None and not pending.confirmed else None
 
 
 def checkpoint_insert_if_running(checkpoint: Checkpoint, *, ttl_seconds: int | None, terminal_states) -> bool:
@@ -524,7 +542,8 @@ _INTENT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))"
 
 def reads(*specs) -> list[list]:
     """Run ``specs`` (``Rows``, ``IntentLock``) in order in one round trip (one message of prepared
-    statements on PostgreSQL); returns each one's rows."""
+    statements on PostgreSQL); returns each one's rows. A cached API token waiting in ``token_to_confirm``
+    is confirmed in the same message (``TokenChanged`` once the reads are done)."""
     db = _db()
     planned = [spec.statement(db) for spec in specs]
     statements = [p for p in planned if p is not None]
@@ -535,11 +554,17 @@ def reads(*specs) -> list[list]:
                 _execute(cursor, query, params, db=db)
                 results.append(convert(cursor.fetchall(), db))
         elif statements:
-            _execute_many(cursor, [(query, params) for query, params, _ in statements], db=db)
+            pending = _token_pending()
+            sent = [(query, params) for query, params, _ in statements]
+            _execute_many(cursor, sent if pending is None else [*sent, token_sql.token_groups_statement(pending)],
+                          db=db)
             for n, (_, _, convert) in enumerate(statements):
                 if n:
                     cursor.nextset()
                 results.append(convert(cursor.fetchall(), db))
+            if pending is not None:
+                cursor.nextset()
+                token_sql.token_confirm(pending, cursor.fetchone()[0])
     found = iter(results)
     return [[] if p is None else next(found) for p in planned]
 

@@ -53,10 +53,20 @@ def token_confirm(pending: TokenConfirmation, group_names) -> None:
     pending.confirmed = True
 
 
+def token_groups_statement(pending: TokenConfirmation) -> tuple[str, list]:
+    """The statement reading the token's current group names: sent with a request's first read."""
+    return _token_groups_select(connection.vendor), [pending.key_hash]
+
+
+@functools.cache
+def _token_groups_select(vendor: str) -> str:
+    return f"SELECT {token_groups_column()}"
+
+
 def token_groups_read(key_hash: str):
     """The token's current group names (None if revoked), on its own (a refusal raised before any lock)."""
     with _cursor(write_path=False) as cursor:
-        cursor.execute(f"SELECT {token_groups_column()}", [key_hash])
+        cursor.execute(_token_groups_select(connection.vendor), [key_hash])
         return cursor.fetchone()[0]
 
 

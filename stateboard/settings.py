@@ -46,7 +46,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "stateboard.errors.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "ledger.fastpath.AppendFastPath",  # an agent's append, answered without the page stack (ledger/fastpath.py)
+    "ledger.fastpath.AgentFastPath",  # an agent's append and trigger, answered without the page stack (ledger/fastpath.py)
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -151,7 +151,7 @@ API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", str(1024 * 1024)))
 API_MAX_DEPTH = 64
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES + 1024
 # ``ledger.fastpath``: the agent's append in its common form skips the page middleware and DRF's cycle.
-API_APPEND_FAST_PATH = env_bool("API_APPEND_FAST_PATH", True)
+API_FAST_PATH = env_bool("API_FAST_PATH", True)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

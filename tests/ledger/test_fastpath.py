@@ -9,7 +9,7 @@ import pytest
 from django.test import override_settings
 
 from ledger import auth
-from ledger.fastpath import AppendFastPath
+from ledger.fastpath import AgentFastPath
 from ledger.models import ApiToken, AuditEntry, LedgerEvent
 from ledger.auth import token_revoke
 from stateboard.roles import ONCALL
@@ -30,7 +30,7 @@ def agent_run():
     client = client_for(token)
     driver = AgentDriver(client, wf.slug)
     run_id = driver.trigger()["id"]
-    with override_settings(API_APPEND_FAST_PATH=False):
+    with override_settings(API_FAST_PATH=False):
         driver.event(run_id, "build", "started")
     assert ApiToken.objects.get(user=user).key_hash in auth._cache
     yield client, run_id
@@ -38,11 +38,11 @@ def agent_run():
 
 
 def _post(client, run_id, body, *, fast: bool, **extra):
-    before = AppendFastPath.answered
-    with override_settings(API_APPEND_FAST_PATH=fast):
+    before = AgentFastPath.answered
+    with override_settings(API_FAST_PATH=fast):
         response = client.post(f"/api/v1/runs/{run_id}/events/", json.dumps(body),
                                content_type="application/json", **extra)
-    return response, AppendFastPath.answered - before
+    return response, AgentFastPath.answered - before
 
 
 def _answer(response):
@@ -111,9 +111,9 @@ def test_other_forms_of_the_request_are_handed_to_the_full_stack(agent_run, extr
 
 def test_a_body_that_does_not_parse_is_answered_by_the_full_stack(agent_run):
     client, run_id = agent_run
-    before = AppendFastPath.answered
+    before = AgentFastPath.answered
     response = client.post(f"/api/v1/runs/{run_id}/events/", b"{not json", content_type="application/json")
-    assert (response.status_code, response.json()["code"], AppendFastPath.answered - before) == \
+    assert (response.status_code, response.json()["code"], AgentFastPath.answered - before) == \
         (400, "malformed_json", 0)
 
 
@@ -154,10 +154,10 @@ def test_a_role_that_may_not_append_is_refused_and_audited_by_the_full_stack(age
 ])
 def test_the_content_type_decides_as_drf_would(agent_run, content_type, expected, fast):
     client, run_id = agent_run
-    before = AppendFastPath.answered
+    before = AgentFastPath.answered
     response = client.post(f"/api/v1/runs/{run_id}/events/", json.dumps({"stage": "build", "kind": "proposed"}),
                            content_type=content_type)
-    assert (response.status_code, AppendFastPath.answered - before) == (expected, fast), response.content
+    assert (response.status_code, AgentFastPath.answered - before) == (expected, fast), response.content
 
 
 def test_a_host_outside_allowed_hosts_is_refused_by_the_full_stack(agent_run):
