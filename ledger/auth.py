@@ -1,9 +1,10 @@
 """API tokens: ``Authorization: Token <key>``; only the SHA-256 of a key is stored.
 
-On the append path (the methods a view lists in ``token_cached``) a token read once is kept in a small
-per-process cache, and the request's first statement — the run's locking read — confirms it
-(``sql.run_lock_read``): a revoked token, a deactivated user or changed roles are seen there, before
-anything is written, and the request is authenticated afresh (401 / 403, or on with the new roles).
+On the agent's path (the methods a view lists in ``token_cached``: the append, the trigger) a token read
+once is kept in a small per-process cache, and the request's first read confirms it in the same round
+trip (``sql.run_lock_read``, ``sql.run_by_trigger_key``, ``sql.reads``): a revoked token, a deactivated
+user or changed roles are seen there, before anything is written, and the request is authenticated
+afresh (401 / 403, or on with the new roles).
 """
 
 import secrets
@@ -160,7 +161,7 @@ def confirming(pending: token_sql.TokenConfirmation, call):
             if not pending.confirmed:
                 token_sql.token_confirm(pending, token_sql.token_groups_read(pending.key_hash))
             raise
-        if not pending.confirmed:  # every call made here reads the run first; a new path must too
+        if not pending.confirmed:  # every call made here reads first (the run, the trigger key, the workflow)
             raise RuntimeError("a token served from the cache was never confirmed")
         return result
     finally:
