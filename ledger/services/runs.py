@@ -200,12 +200,22 @@ def decision_apply(writer: RunWriter, inp: recovery.RecoveryInput, context: dict
     return decision
 
 
+_UNREAD = object()
+
+
+def trigger_key_rows(*, workflow: Workflow, trigger_key: str) -> sql.Rows:
+    """The run a trigger key made in ``workflow`` (for ``sql.reads``, beside the intent lock's other reads)."""
+    return sql.Rows(Run, "workflow_id = %s AND trigger_key = %s", [workflow.id, trigger_key], limit=1)
+
+
 def _trigger_key_run(workflow_slug: str, *, trigger_key: str, intent: str, inputs, trigger: str,
-                     staged: bool) -> Run | None:
+                     staged: bool, existing=_UNREAD) -> Run | None:
     """The run (with its workflow, one read) this trigger key already made if it is the same trigger (same
     intent and inputs, and the same kind: staged or real), None if the key is unused; refused if it was
-    used otherwise."""
-    if sql.available():
+    used otherwise. ``existing``: that run (or None) already read, with its workflow."""
+    if existing is not _UNREAD:
+        pass
+    elif sql.available():
         existing = sql.run_by_trigger_key(workflow_slug, trigger_key)
     else:
         existing = Run.objects.select_related("workflow").filter(workflow__slug=workflow_slug,
@@ -271,14 +281,16 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
         raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")
     keyed = bool(trigger_key)
     trigger_key = trigger_key or f"{trigger}:{uuid.uuid4()}"
-    # One round trip: the intent's lock, then what its previous holder may have changed.
-    reads = [sql.IntentLock(workflow.id, intent), goal_latest_rows(workflow_id=workflow.id, intent=intent)]
-    if not staged:
-        reads.append(holding_runs_rows(workflow=workflow, intent=intent, lock=True))
-    _, goals, *held = sql.reads(*reads)
-    if keyed:  # the same trigger may have committed while this one waited for the intent
+    # One round trip: the intent's lock, then what its previous holder may have changed — its runs and, for a
+    # keyed trigger, the same trigger if it committed while this one waited for the intent.
+    reads = [sql.IntentLock(workflow.id, intent), goal_latest_rows(workflow_id=workflow.id, intent=intent),
+             holding_runs_rows(workflow=workflow, intent=intent, lock=True) if not staged else None,
+             trigger_key_rows(workflow=workflow, trigger_key=trigger_key) if keyed else None]
+    _, goals, *held = sql.reads(*(spec for spec in reads if spec is not None))
+    if keyed:
+        keyed_run = _with_workflow(held.pop(), workflow)
         existing = _trigger_key_run(workflow.slug, trigger_key=trigger_key, intent=intent, inputs=inputs,
-                                    trigger=trigger, staged=staged)
+                                    trigger=trigger, staged=staged, existing=keyed_run[0] if keyed_run else None)
         if existing is not None:
             return existing, False
 

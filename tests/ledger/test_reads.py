@@ -57,6 +57,39 @@ def test_a_new_trigger_reads_in_two_round_trips_after_the_workflow():
     assert len(counted.statements) == 9, counted.statements
 
 
+def test_a_keyed_trigger_looks_for_its_duplicate_again_with_the_intent_lock_not_after_it():
+    wf = make_workflow(stages=["build"])
+    services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="warm", trigger_key="w", actor="agent:r")
+    with statements_counted() as counted:
+        run, created = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="new", trigger_key="k",
+                                            actor="agent:r")
+    assert created
+    # the trigger-key lookup before any lock; then as an unkeyed trigger, the lookup again in the intent
+    # lock's message (the same trigger may have committed while this one waited)
+    assert counted.round_trips == 5, counted.messages
+    assert len(counted.statements) == 11, counted.statements
+
+
+def test_the_same_trigger_committed_while_waiting_for_the_intent_is_answered_as_a_duplicate(monkeypatch):
+    wf = make_workflow(stages=["build"])
+    first, created = services.run_trigger(workflow_slug=wf.slug, inputs={"v": 1}, intent="i", trigger_key="k",
+                                          actor="agent:r")
+    assert created
+    # as if the first trigger committed after this one's lookup before the lock had found nothing
+    unread = services.runs._trigger_key_run
+
+    def lookup_misses_before_the_lock(*args, existing=services.runs._UNREAD, **kwargs):
+        if existing is services.runs._UNREAD:
+            return None
+        return unread(*args, existing=existing, **kwargs)
+
+    monkeypatch.setattr(services.runs, "_trigger_key_run", lookup_misses_before_the_lock)
+    again, created = services.run_trigger(workflow_slug=wf.slug, inputs={"v": 1}, intent="i", trigger_key="k",
+                                          actor="agent:r")
+    assert (again.id, created, again.workflow.slug) == (first.id, False, wf.slug)
+    assert Run.objects.filter(workflow=wf).count() == 1
+
+
 def _advisory_locks_held() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
