@@ -28,7 +28,7 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
 from django.urls import reverse
 from django.urls.converters import UUIDConverter
-from rest_framework import authentication, exceptions
+from rest_framework import HTTP_HEADER_ENCODING, exceptions
 from rest_framework.renderers import JSONRenderer
 
 from ledger import sql, token_sql
@@ -56,6 +56,13 @@ def _allow(view_class) -> str:
     view = view_class()
     view.setup(None)  # as for a request: a view with GET also serves HEAD
     return ", ".join(view.allowed_methods)  # the header DRF's view sends
+
+
+def _authorization(meta) -> bytes:
+    """``rest_framework.authentication.get_authorization_header`` read from META (which ``request.headers``,
+    the one it reads, is built from whole at its first use)."""
+    header = meta.get("HTTP_AUTHORIZATION", b"")
+    return header.encode(HTTP_HEADER_ENCODING) if isinstance(header, str) else header
 
 
 class AgentFastPath:
@@ -96,7 +103,7 @@ class AgentFastPath:
         except (DisallowedHost, PermissionDenied):  # the full stack answers them (400, 403)
             return None
         try:
-            key_hash = token_key_hash(authentication.get_authorization_header(request))
+            key_hash = token_key_hash(_authorization(meta))
         except exceptions.AuthenticationFailed:
             return None
         cached = token_cached_user(key_hash) if key_hash else None

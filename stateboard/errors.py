@@ -1,5 +1,6 @@
 """Every API error is JSON with a stable ``code`` and a human ``detail``."""
 
+import functools
 import json
 import logging
 import re
@@ -97,7 +98,7 @@ def decode_json_body(raw: bytes):
     except UnicodeDecodeError:
         raise ParseFailed("malformed_json", "The body is not valid UTF-8.")
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_jsonb_float)
+        value = _decoder().decode(text)
     except RecursionError:
         raise ParseFailed("too_deep", f"JSON nesting deeper than {settings.API_MAX_DEPTH} levels.")
     except ValueError as exc:
@@ -126,6 +127,12 @@ def _jsonb_float(text: str):
 
 def _refuse_constant(name):
     raise ValueError(f"{name} is not a JSON number")
+
+
+@functools.cache
+def _decoder() -> json.JSONDecoder:
+    """What ``json.loads(text, parse_constant=..., parse_float=...)`` makes at every call, made once."""
+    return json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_jsonb_float)
 
 
 class StrictJSONParser(JSONParser):
