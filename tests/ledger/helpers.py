@@ -1,6 +1,7 @@
 """Drive runs through the API the way an agent does."""
 
 import itertools
+import json
 import threading
 
 from django.db import connection
@@ -102,3 +103,22 @@ def raised(results) -> list[Exception]:
 
 def now():
     return timezone.now()
+
+
+def fast_post(client, path: str, body, *, fast: bool, **extra):
+    """(response, requests ``ledger.fastpath`` answered) for a JSON POST with the fast path on or off."""
+    from django.test import override_settings
+
+    from ledger.fastpath import AgentFastPath
+
+    before = AgentFastPath.answered
+    with override_settings(API_FAST_PATH=fast):
+        response = client.post(path, json.dumps(body), content_type="application/json", **extra)
+    return response, AgentFastPath.answered - before
+
+
+def comparable(response):
+    """Status, bytes and headers of an answer, but its Date."""
+    headers = {name: value for name, value in response.headers.items() if name != "Date"}
+    return response.status_code, response.content, headers
+

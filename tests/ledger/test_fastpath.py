@@ -14,12 +14,9 @@ from ledger.models import ApiToken, AuditEntry, LedgerEvent
 from ledger.auth import token_revoke
 from stateboard.roles import ONCALL
 from tests.factories import client_for, make_agent, make_operator, make_workflow
-from tests.ledger.helpers import AgentDriver
+from tests.ledger.helpers import AgentDriver, comparable, fast_post
 
 pytestmark = pytest.mark.django_db
-
-IGNORED_HEADERS = {"Date"}
-
 
 @pytest.fixture
 def agent_run():
@@ -38,16 +35,7 @@ def agent_run():
 
 
 def _post(client, run_id, body, *, fast: bool, **extra):
-    before = AgentFastPath.answered
-    with override_settings(API_FAST_PATH=fast):
-        response = client.post(f"/api/v1/runs/{run_id}/events/", json.dumps(body),
-                               content_type="application/json", **extra)
-    return response, AgentFastPath.answered - before
-
-
-def _answer(response):
-    headers = {name: value for name, value in response.headers.items() if name not in IGNORED_HEADERS}
-    return response.status_code, response.content, headers
+    return fast_post(client, f"/api/v1/runs/{run_id}/events/", body, fast=fast, **extra)
 
 
 def test_a_repeated_event_gets_the_same_bytes_and_headers_from_both_paths(agent_run):
@@ -60,7 +48,7 @@ def test_a_repeated_event_gets_the_same_bytes_and_headers_from_both_paths(agent_
     fast, answered_fast = _post(client, run_id, body, fast=True)
     assert (answered_full, answered_fast) == (0, 1)
     assert full.status_code == 200
-    assert _answer(fast) == _answer(full)
+    assert comparable(fast) == comparable(full)
     assert json.loads(first.content) == json.loads(full.content)
     assert set(full.headers) >= {"Content-Type", "Allow", "X-Frame-Options", "Content-Length",
                                  "X-Content-Type-Options"}
@@ -73,7 +61,7 @@ def test_a_repeated_batch_gets_the_same_answer_from_both_paths(agent_run):
     assert (created.status_code, answered, len(created.json())) == (201, 1, 3)
     full, _ = _post(client, run_id, batch, fast=False)
     fast, _ = _post(client, run_id, batch, fast=True)
-    assert full.status_code == 200 and _answer(fast) == _answer(full)
+    assert full.status_code == 200 and comparable(fast) == comparable(full)
 
 
 @pytest.mark.parametrize("case", ["mismatch", "bad_kind", "missing_run", "bad_batch_item", "not_an_object",
@@ -94,7 +82,7 @@ def test_refusals_get_the_same_answer_from_both_paths(agent_run, case):
     full, _ = _post(client, target, body, fast=False)
     fast, answered = _post(client, target, body, fast=True)
     assert full.status_code >= 400 and answered == 1, full.content
-    assert _answer(fast) == _answer(full)
+    assert comparable(fast) == comparable(full)
     assert LedgerEvent.objects.count() == events
 
 

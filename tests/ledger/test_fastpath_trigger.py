@@ -2,24 +2,18 @@
 answer, its cached token is confirmed by the trigger's first read (one round trip for a duplicate), and
 whatever it cannot answer the same way is handed over before anything is written."""
 
-import json
-
 import pytest
 from django.contrib.auth.models import Group
-from django.test import override_settings
 
 from ledger import auth
-from ledger.fastpath import AgentFastPath
 from ledger.models import ApiToken, AuditEntry, Run
 from ledger.auth import token_revoke
 from stateboard.bench.agentpath import statements_counted
 from stateboard.roles import VIEWER
 from tests.factories import client_for, make_agent, make_operator, make_workflow
+from tests.ledger.helpers import comparable, fast_post
 
 pytestmark = pytest.mark.django_db
-
-IGNORED_HEADERS = {"Date"}
-
 
 @pytest.fixture
 def agent():
@@ -36,15 +30,7 @@ def agent():
 
 
 def _trigger(client, body, *, fast: bool, **extra):
-    before = AgentFastPath.answered
-    with override_settings(API_FAST_PATH=fast):
-        response = client.post("/api/v1/runs/", json.dumps(body), content_type="application/json", **extra)
-    return response, AgentFastPath.answered - before
-
-
-def _answer(response):
-    headers = {name: value for name, value in response.headers.items() if name not in IGNORED_HEADERS}
-    return response.status_code, response.content, headers
+    return fast_post(client, "/api/v1/runs/", body, fast=fast, **extra)
 
 
 def test_a_duplicate_trigger_gets_the_same_bytes_and_headers_from_both_paths(agent):
@@ -56,7 +42,7 @@ def test_a_duplicate_trigger_gets_the_same_bytes_and_headers_from_both_paths(age
     fast, answered_fast = _trigger(client, body, fast=True)
     assert (answered_full, answered_fast) == (0, 1)
     assert full.status_code == 200 and full.json()["duplicate"] is True
-    assert _answer(fast) == _answer(full)
+    assert comparable(fast) == comparable(full)
     assert full.json()["id"] == first.json()["id"]
     assert set(full.headers) >= {"Content-Type", "Allow", "X-Frame-Options", "Content-Length"}
     assert Run.objects.filter(trigger_key="k-1").count() == 1
@@ -97,7 +83,7 @@ def test_refusals_get_the_same_answer_from_both_paths_and_write_nothing(agent, c
     full, _ = _trigger(client, body, fast=False)
     fast, answered = _trigger(client, body, fast=True)
     assert full.status_code in (400, 404, 409, 422) and answered == 1, full.content
-    assert _answer(fast) == _answer(full)
+    assert comparable(fast) == comparable(full)
     assert Run.objects.count() == runs
 
 
