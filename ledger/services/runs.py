@@ -213,13 +213,10 @@ def _trigger_key_run(workflow_slug: str, *, trigger_key: str, intent: str, input
     """The run (with its workflow, one read) this trigger key already made if it is the same trigger (same
     intent and inputs, and the same kind: staged or real), None if the key is unused; refused if it was
     used otherwise. ``existing``: that run (or None) already read, with its workflow."""
-    if existing is not _UNREAD:
-        pass
-    elif sql.available():
-        existing = sql.run_by_trigger_key(workflow_slug, trigger_key)
-    else:
-        existing = Run.objects.select_related("workflow").filter(workflow__slug=workflow_slug,
-                                                                 trigger_key=trigger_key).first()
+    if existing is _UNREAD:
+        existing = (sql.run_by_trigger_key(workflow_slug, trigger_key) if sql.available() else
+                    Run.objects.select_related("workflow").filter(workflow__slug=workflow_slug,
+                                                                  trigger_key=trigger_key).first())
     if existing is not None and existing.intent == intent and existing.staged == staged \
             and canonical_json(existing.inputs) == canonical_json(inputs):
         return existing
