@@ -2,7 +2,7 @@
 
 On the agent's path (the methods a view lists in ``token_cached``: the append, the trigger) a token read
 once is kept in a small per-process cache, and the request's first read confirms it in the same round
-trip (``sql.run_lock_read``, ``sql.run_by_trigger_key``, ``sql.reads``): a revoked token, a deactivated
+trip (``sql.run_lock_read``, ``sql.reads``): a revoked token, a deactivated
 user or changed roles are seen there, before anything is written, and the request is authenticated
 afresh (401 / 403, or on with the new roles).
 """

@@ -415,26 +415,15 @@ def _run_with_workflow(row, run_columns, workflow_columns, db=None) -> tuple[Run
 
 def run_by_trigger_key(workflow_slug: str, trigger_key: str) -> Run | None:
     """The run (with its inputs and workflow) a trigger key made, in one statement, or None (a
-    duplicate trigger's only read). A cached API token waiting in ``token_to_confirm`` is confirmed by
-    the same statement, as by ``run_lock_read``."""
+    duplicate trigger's only read; ``reads`` confirms a cached API token in the same round trip)."""
     sql, run_columns, workflow_columns = _run_read_statement(connection.vendor, False, False, True)
-    pending = _token_pending()
-    with _cursor(write_path=False) as cursor:
-        if pending is None:
-            _execute(cursor, sql, [workflow_slug, trigger_key])
-            row = cursor.fetchone()
-        else:
-            _execute_many(cursor, [(sql, [workflow_slug, trigger_key]), token_sql.token_groups_statement(pending)])
-            row = cursor.fetchone()
-            cursor.nextset()
-            token_sql.token_confirm(pending, cursor.fetchone()[0])
-    return None if row is None else _run_with_workflow(row, run_columns, workflow_columns)[0]
+    found = reads(_Query(sql, [workflow_slug, trigger_key]))[0]
+    return _run_with_workflow(found[0], run_columns, workflow_columns)[0] if found else None
 
 
 def _token_pending():
     """The cached API token the request still owes a confirmation (``ledger.auth``), or None. The
-    request's first read confirms it in the same round trip (``run_lock_read``, ``run_by_trigger_key``,
-    ``reads``)."""
+    request's first read confirms it in the same round trip (``run_lock_read``, ``reads``)."""
     if not available():
         return None
     pending = token_sql.token_to_confirm.get()
@@ -538,6 +527,17 @@ class IntentLock:
 
 
 _INTENT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))"
+
+
+@dataclass(frozen=True)
+class _Query:
+    """For ``reads``: one statement's rows as the database returns them."""
+
+    sql: str
+    params: list
+
+    def statement(self, db) -> tuple[str, list, object]:
+        return self.sql, self.params, lambda found, db: found
 
 
 def reads(*specs) -> list[list]:
