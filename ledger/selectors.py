@@ -9,6 +9,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from knowledge.selectors import knowledge_metrics
+from ledger import sql
 from ledger.filters import OncallRunFilter, RunFilter, id_prefix_q
 from ledger.models import (HOLDING_STATES, STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
                            Notification, ReplayEval, Run, Workflow)
@@ -57,9 +58,12 @@ def intent_holding_runs(*, workflow, intent: str):
 
 def checkpoint_latest(*, run):
     """The latest checkpoint of the run's intent (one read through ``checkpoint_intent_latest``);
-    real runs never see a staged run's checkpoints, nor staged runs real ones (SPEC §10.3)."""
-    return (Checkpoint.objects.filter(workflow_id=run.workflow_id, intent=run.intent, staged=run.staged)
-            .order_by("-id").first())
+    real runs never see a staged run's checkpoints, nor staged runs real ones (SPEC §10.3). An agent's
+    resume reads it after every save: one prepared statement (``sql.select_models``), not the ORM's
+    query building (about half the CPU of a save + load pair)."""
+    found = sql.select_models(Checkpoint, '"workflow_id" = %s AND "intent" = %s AND "staged" = %s',
+                              [run.workflow_id, run.intent, run.staged], order='"id" DESC', limit=1)
+    return found[0] if found else None
 
 
 def approval_list(*, status: str | None = None):
