@@ -125,7 +125,9 @@ class Trigger(models.TextChoices):
 
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="runs")
+    # No index of its own: run_intent_state, run_intent_fp_state and run_unique_trigger_key all lead with it
+    # (a lone workflow index drew the planner, before statistics existed, away from the intent's own).
+    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="runs", db_index=False)
     intent = models.CharField(max_length=500)
     trigger = models.CharField(max_length=20, choices=Trigger.choices, default=Trigger.API)
     trigger_key = models.CharField(max_length=500)
@@ -283,11 +285,12 @@ class Effect(models.Model):
     """One external side effect, keyed by its idempotency key; a projection of the ledger."""
 
     idempotency_key = models.CharField(max_length=200, unique=True)
-    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="effects")
+    # Indexed by effect_intent_fp (workflow first) and effect_run, not by foreign-key indexes of their own.
+    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="effects", db_index=False)
     intent = models.CharField(max_length=500)
     input_fingerprint = models.CharField(max_length=64)
     stage = models.CharField(max_length=100)
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="effects")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="effects", db_index=False)
     status = models.CharField(max_length=20, choices=EffectStatus.choices, default=EffectStatus.ATTEMPTED)
     system = models.CharField(max_length=200, blank=True)
     operation = models.CharField(max_length=200, blank=True)
@@ -319,7 +322,8 @@ class Checkpoint(models.Model):
         SERVER = "server"
         AGENT = "agent"
 
-    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="checkpoints")
+    # checkpoint_intent_latest leads with it.
+    workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="checkpoints", db_index=False)
     intent = models.CharField(max_length=500)
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
     source = models.CharField(max_length=10, choices=Source.choices)
