@@ -6,7 +6,7 @@ from django.db import connection, transaction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import services, sql
+from ledger import selectors, services, sql
 from ledger.models import Checkpoint, Run
 from stateboard.bench.agentpath import statements_counted
 from tests.factories import make_workflow
@@ -88,6 +88,26 @@ def test_the_same_trigger_committed_while_waiting_for_the_intent_is_answered_as_
                                           actor="agent:r")
     assert (again.id, created, again.workflow.slug) == (first.id, False, wf.slug)
     assert Run.objects.filter(workflow=wf).count() == 1
+
+
+def test_the_latest_checkpoint_is_one_prepared_read_that_agrees_with_the_orm():
+    wf = make_workflow(stages=["build", "test"])
+    real, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="i", actor="agent:r")
+    staged, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="i", actor="agent:r", staged=True)
+    assert selectors.checkpoint_latest(run=real) is None
+    for run, note in ((real, "first"), (staged, "staged"), (real, "second"), (staged, "staged again")):
+        services.checkpoint_save(run_id=run.id, payload={"stage": "build", "pending_intents": [note]},
+                                 actor="agent:r")
+    for run, note in ((real, "second"), (staged, "staged again")):
+        orm = Checkpoint.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
+                                        staged=run.staged).order_by("-id").first()
+        with statements_counted() as counted:
+            latest = selectors.checkpoint_latest(run=run)
+        assert counted.round_trips == 1 and len(counted.statements) == 1, counted.messages
+        assert counted.messages[0].startswith("EXECUTE sb_"), counted.messages  # prepared, not the ORM's query
+        assert latest.payload["pending_intents"] == [note]  # real runs never see a staged run's, nor the reverse
+        assert {f.attname: getattr(latest, f.attname) for f in Checkpoint._meta.concrete_fields} == \
+            {f.attname: getattr(orm, f.attname) for f in Checkpoint._meta.concrete_fields}
 
 
 def _advisory_locks_held() -> int:
