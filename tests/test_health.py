@@ -25,6 +25,26 @@ def test_healthz_is_503_when_the_broker_is_unreachable(client):
     assert response.json()["code"] == "unhealthy" and response.json()["database"] == "ok"
 
 
+def test_healthz_pings_the_broker_on_a_kept_connection_and_replaces_one_redis_dropped(client, settings):
+    import redis
+
+    from stateboard.views import HEALTH_CLIENT_NAME
+
+    admin = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+
+    def health_connections() -> list[int]:
+        return [c["id"] for c in admin.client_list() if c.get("name") == HEALTH_CLIENT_NAME]
+
+    assert client.get("/healthz").status_code == 200
+    kept = health_connections()
+    assert client.get("/healthz").status_code == 200
+    assert len(kept) == 1 and health_connections() == kept  # the same connection, not a new one per check
+    admin.client_kill_filter(_id=kept[0])  # as a Redis restart drops it
+    response = client.get("/healthz")
+    assert response.status_code == 200 and response.json()["broker"] == "ok"
+    assert len(health_connections()) == 1 and health_connections() != kept
+
+
 def test_prometheus_metrics_are_text(client):
     response = client.get("/metrics")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
