@@ -95,6 +95,8 @@ def _execute_many(cursor, statements: list[tuple[str, list]], *, commit: bool = 
     """``_execute`` for several statements sent as one message (one round trip; PostgreSQL runs them in
     order, each with its own snapshot); the cursor's first result is the first statement's, ``nextset``
     moves on."""
+    if _speculating.get():
+        raise Speculative(statements[0][0])
     db = db or _db()
     with db.wrap_database_errors:
         raw = db.connection
@@ -199,6 +201,35 @@ def _commit_foldable(db) -> bool:
 _own_transaction: contextvars.ContextVar = contextvars.ContextVar("stateboard_own_transaction", default=None)
 
 
+class Speculative(Exception):
+    """A statement was about to be sent while work was computed from a run snapshot (``speculation``)."""
+
+
+_speculating: contextvars.ContextVar = contextvars.ContextVar("stateboard_speculating", default=False)
+
+
+@contextlib.contextmanager
+def speculation():
+    """Within it every statement, Django's and these alike, raises Speculative before it is sent: what is
+    computed here from a run snapshot read nothing and wrote nothing (``services.events``)."""
+    token = _speculating.set(True)
+    try:
+        with _db().execute_wrapper(_statement_refused):
+            yield
+    finally:
+        _speculating.reset(token)
+
+
+def _statement_refused(execute, sql, params, many, context):
+    raise Speculative(sql)
+
+
+def outermost() -> bool:
+    """No transaction is open on the connection (no atomic block), so a ``write_transaction`` here is the
+    outermost and its last statement may carry the COMMIT."""
+    return not _db().in_atomic_block
+
+
 @contextlib.contextmanager
 def write_transaction():
     """``transaction.atomic()`` for one ledger write whose last statement may carry the COMMIT
@@ -228,12 +259,27 @@ def _auto_pk(model) -> bool:
 
 
 def insert_statement(model, objects: list, *, skip_conflicts: bool = False, db=None,
-                     returning: tuple = ("id",)) -> tuple[str, list]:
+                     returning: tuple = ("id",), guarded: bool = False) -> tuple[str, list]:
     """A multi-row INSERT … RETURNING id (or the ``returning`` columns) for ``objects`` (an auto primary
-    key comes from the database, any other, like a run's UUID, from the objects)."""
+    key comes from the database, any other, like a run's UUID, from the objects). ``guarded``: the rows
+    are inserted only if the statement's ``guard`` CTE found its row (``events_and_run_write``)."""
     db = db or _db()
-    sql, preps = _insert_sql(model, len(objects), skip_conflicts, db.vendor, returning)
+    if guarded:
+        sql, preps = _guarded_insert_sql(model, len(objects), db.vendor, returning)
+    else:
+        sql, preps = _insert_sql(model, len(objects), skip_conflicts, db.vendor, returning)
     return sql, rows.save_values(preps, objects, db)
+
+
+@functools.cache
+def _guarded_insert_sql(model, count: int, vendor: str, returning: tuple) -> tuple[str, tuple]:
+    """``_insert_sql`` as INSERT … SELECT from typed VALUES, where the ``guard`` CTE has a row."""
+    fields = tuple(f for f in model._meta.concrete_fields if not (f.primary_key and _auto_pk(model)))
+    row = "(" + ", ".join(f"%s::{f.db_type(connection)}" for f in fields) + ")"
+    sql = (f"INSERT INTO {_quote(model._meta.db_table)} ({', '.join(_quote(f.column) for f in fields)}) "
+           f"SELECT * FROM (VALUES {', '.join([row] * count)}) AS v WHERE EXISTS (SELECT 1 FROM guard) "
+           f"RETURNING {', '.join(_quote(c) for c in returning)}")
+    return sql, rows.save_preps(fields)
 
 
 def _assign_ids(objects: list, ids: list) -> None:
@@ -286,9 +332,11 @@ _LAST_EVENT = "last_event"
 
 
 @functools.cache
-def _run_update_sql(changed: tuple[str, ...], vendor: str, from_last: tuple[str, ...] = ()) -> tuple[str, tuple]:
+def _run_update_sql(changed: tuple[str, ...], vendor: str, from_last: tuple[str, ...] = (),
+                    guarded: bool = False) -> tuple[str, tuple]:
     """UPDATE of the run's ``changed`` columns; those in ``from_last`` are taken from the last row of the
-    ``inserted`` CTE (the statement's events), the others are parameters (with their ``rows.save_preps``)."""
+    ``inserted`` CTE (the statement's events), the others are parameters (with their ``rows.save_preps``);
+    ``guarded``: only if the ``guard`` CTE found the run."""
     fields = tuple(Run._meta.get_field(name) for name in changed if name not in from_last)
     assignments = [f"{_quote(f.column)} = %s" for f in fields]
     assignments += [f"{_quote(Run._meta.get_field(name).column)} = {_LAST_EVENT}.{_quote(_RUN_FROM_LAST_EVENT[name])}"
@@ -298,7 +346,8 @@ def _run_update_sql(changed: tuple[str, ...], vendor: str, from_last: tuple[str,
     if from_last:
         columns = ", ".join(_quote(_RUN_FROM_LAST_EVENT[name]) for name in from_last)
         source = f" FROM (SELECT {columns} FROM inserted ORDER BY {_quote('seq')} DESC LIMIT 1) {_LAST_EVENT}"
-    return f"UPDATE {table} SET {', '.join(assignments)}{source} WHERE {table}.{_quote('id')} = %s", rows.save_preps(fields)
+    where = f"{table}.{_quote('id')} = %s" + (" AND EXISTS (SELECT 1 FROM guard)" if guarded else "")
+    return f"UPDATE {table} SET {', '.join(assignments)}{source} WHERE {where}", rows.save_preps(fields)
 
 
 def _returning_for(from_last: tuple[str, ...]) -> tuple[str, ...]:
@@ -308,54 +357,102 @@ def _returning_for(from_last: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(("id", "seq", *(_RUN_FROM_LAST_EVENT[name] for name in from_last))))
 
 
-def _run_update_statement(run: Run, changed: list[str], db, from_last: tuple[str, ...] = ()) -> tuple[str, list]:
-    sql, preps = _run_update_sql(tuple(changed), db.vendor, from_last)
+def _run_update_statement(run: Run, changed: list[str], db, from_last: tuple[str, ...] = (),
+                          guarded: bool = False) -> tuple[str, list]:
+    sql, preps = _run_update_sql(tuple(changed), db.vendor, from_last, guarded)
     return sql, [*rows.save_values(preps, [run], db), Run._meta.pk.get_db_prep_value(run.pk, db)]
 
 
+@dataclass(frozen=True)
+class RowVersions:
+    """A run row's version and its workflow row's (``xmin``, as text): what ``RunSnapshots`` keeps."""
+
+    run: str
+    workflow: str
+
+
+_GUARD = ("guard AS (SELECT r.id FROM {runs} r WHERE r.id = %s AND r.xmin = %s::xid AND EXISTS "
+          "(SELECT 1 FROM {workflows} w WHERE w.id = %s AND w.xmin = %s::xid){token} FOR UPDATE OF r)")
+# The cached API token's group names, still those it was cached with (as sets), and not revoked.
+_GUARD_TOKEN = " AND EXISTS (SELECT 1 FROM (SELECT {groups} AS names) t WHERE t.names::text[] @> %s::text[] AND t.names::text[] <@ %s::text[])"
+
+
+@functools.cache
+def _guard_sql(vendor: str, token: bool) -> str:
+    return _GUARD.format(runs=_quote(Run._meta.db_table), workflows=_quote(Workflow._meta.db_table),
+                         token=_GUARD_TOKEN.format(groups=token_sql.token_groups_column()) if token else "")
+
+
 def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str], *,
-                         checkpoints: list[Checkpoint] = (), commit: bool = False) -> None:
+                         checkpoints: list[Checkpoint] = (), commit: bool = False,
+                         guard: RowVersions | None = None, token=None) -> str | None | bool:
     """Insert the events (and server checkpoints) and UPDATE only the run's changed columns, so a plain
     append stays a HOT update. On PostgreSQL all of it is one statement (data-modifying CTEs): one
     round trip per append besides the locking read. ``commit``: nothing follows in the transaction, so
-    the statement may carry its COMMIT (``write_transaction``)."""
+    the statement may carry its COMMIT (``write_transaction``). Returns the run row's new version when
+    the statement committed, else None.
+
+    ``guard``: the run was not locked and read, but taken from ``RunSnapshots``; the statement locks the
+    run and writes only if neither its row nor its workflow's changed since (their versions), and
+    returns False when they did (nothing written). ``token``: a cached API token still to be confirmed
+    (``token_sql.TokenConfirmation``): the guard also requires it unrevoked with the same roles, and a
+    write confirms it."""
     db = _db()
     if events and changed:
         last = events[-1]
         from_last = tuple(name for name in changed if name in _RUN_FROM_LAST_EVENT
                           and getattr(run, name) == getattr(last, _RUN_FROM_LAST_EVENT[name]))
-        insert_sql, params = insert_statement(LedgerEvent, events, db=db,
-                                              returning=_returning_for(from_last))
-        ctes = [f"inserted AS ({insert_sql})"]
+        guarded = guard is not None
+        ctes, params = [], []
+        if guarded:
+            ctes.append(_guard_sql(db.vendor, token is not None))
+            params += [Run._meta.pk.get_db_prep_value(run.pk, db), guard.run, run.workflow_id, guard.workflow]
+            if token is not None:
+                names = sorted(token.group_names)
+                params += [token.key_hash, names, names]
+        insert_sql, insert_params = insert_statement(LedgerEvent, events, db=db, returning=_returning_for(from_last),
+                                                     guarded=guarded)
+        ctes.append(f"inserted AS ({insert_sql})")
+        params += insert_params
         if checkpoints:
-            checkpoint_sql, checkpoint_params = insert_statement(Checkpoint, list(checkpoints), db=db)
+            checkpoint_sql, checkpoint_params = insert_statement(Checkpoint, list(checkpoints), db=db,
+                                                                 guarded=guarded)
             ctes.append(f"checkpoints AS ({checkpoint_sql})")
             params += checkpoint_params
-        update_sql, update_params = _run_update_statement(run, changed, db, from_last)
+        update_sql, update_params = _run_update_statement(run, changed, db, from_last, guarded)
         returning = "(SELECT array_agg(id) FROM inserted)" + (
             ", (SELECT array_agg(id) FROM checkpoints)" if checkpoints else "")
+        returning += f", {_quote(Run._meta.db_table)}.xmin::text"
         with _cursor(db=db) as cursor:
             _execute(cursor, f"WITH {', '.join(ctes)} {update_sql} RETURNING {returning}", [*params, *update_params],
                      commit=commit, db=db)
             ids = cursor.fetchone()
+        if ids is None:  # the guard found the run, its workflow or the token changed
+            return False
+        if token is not None:
+            token.confirmed = True
         _assign_ids(events, ids[0])
         if checkpoints:
             _assign_ids(list(checkpoints), ids[1])
-        return
+        return ids[-1] if db.connection.pgconn.transaction_status == _IDLE else None
+    if guard is not None:
+        raise ValueError("A guarded write needs events and changed columns.")
     rows_insert(LedgerEvent, events)
     rows_insert(Checkpoint, list(checkpoints))
     if changed:
         sql, params = _run_update_statement(run, changed, db)
         with _cursor(db=db) as cursor:
             _execute(cursor, sql, params, db=db)
+    return None
 
 
 @functools.cache
 def _run_read_statement(vendor: str, lock: bool, client_lookup: bool, by_trigger_key: bool = False,
-                        token_check: bool = False):
+                        token_check: bool = False, versions: bool = False):
     """Run + workflow, by run id (without the run's inputs) or by (workflow slug, trigger key); with
     ``client_lookup`` also the id of an earlier event with a given client_event_id and the run's last
-    seq as of the statement's snapshot; with ``token_check`` also a cached API token's current groups."""
+    seq as of the statement's snapshot; with ``token_check`` also a cached API token's current groups;
+    with ``versions`` last the workflow row's version (``xmin``, for ``RunSnapshots``)."""
     run_fields = [f for f in Run._meta.concrete_fields if by_trigger_key or f.name != "inputs"]
     workflow_fields = list(Workflow._meta.concrete_fields)
     events = _quote(LedgerEvent._meta.db_table)
@@ -365,6 +462,8 @@ def _run_read_statement(vendor: str, lock: bool, client_lookup: bool, by_trigger
                     f"(SELECT e.seq FROM {events} e WHERE e.run_id = r.id ORDER BY e.seq DESC LIMIT 1)"]
     if token_check:
         columns.append(token_sql.token_groups_column())
+    if versions:
+        columns.append("w.xmin::text")
     sql = (
         f"SELECT {', '.join(columns)} "
         f"FROM {_quote(Run._meta.db_table)} r JOIN {_quote(Workflow._meta.db_table)} w ON w.id = r.workflow_id "
@@ -374,25 +473,35 @@ def _run_read_statement(vendor: str, lock: bool, client_lookup: bool, by_trigger
     return sql, rows.Columns(Run, run_fields), rows.Columns(Workflow, workflow_fields)
 
 
+def run_read_attnames() -> tuple[list, list]:
+    """The run's and the workflow's attnames a locking read sets (the run without ``inputs``)."""
+    _, run_columns, workflow_columns = _run_read_statement(connection.vendor, True, False)
+    return run_columns.attnames, workflow_columns.attnames
+
+
 def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
     """Lock the run row (unless ``lock=False``) and read it with its workflow in one statement:
     (run, id of an earlier event with ``client_event_id``, last seq seen by the statement's snapshot),
     or None if there is no such run. Without ``client_event_id`` the last two are None.
 
     A cached API token waiting in ``token_to_confirm`` is confirmed by the same statement: if it was
-    revoked or its roles changed, TokenChanged is raised before anything is written."""
+    revoked or its roles changed, TokenChanged is raised before anything is written. A locked run
+    carries its workflow row's version as ``run.workflow_version`` (``RunSnapshots``)."""
     db = _db()
     client_lookup = client_event_id is not None
-    pending = _token_pending()
+    pending = token_pending()
     token_check = pending is not None
     sql, run_columns, workflow_columns = _run_read_statement(db.vendor, lock, client_lookup,
-                                                             token_check=token_check)
+                                                             token_check=token_check, versions=lock)
     params = [client_event_id] if client_lookup else []
     if token_check:
         params.append(pending.key_hash)
     with _cursor(db=db) as cursor:
         _execute(cursor, sql, [*params, Run._meta.pk.get_db_prep_value(run_uuid, db)], db=db)
         row = cursor.fetchone()
+    workflow_version = None
+    if row is not None and lock:
+        row, workflow_version = row[:-1], row[-1]
     if row is None:
         if token_check:
             token_sql.token_confirm(pending, token_sql.token_groups_read(pending.key_hash))  # no such run: who asks still counts
@@ -401,6 +510,8 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
         token_sql.token_confirm(pending, row[-1])
         row = row[:-1]
     run, rest = _run_with_workflow(row, run_columns, workflow_columns, db)
+    if lock:
+        run.workflow_version = workflow_version
     return (run, *rest) if client_lookup else (run, None, None)
 
 
@@ -421,7 +532,7 @@ def run_by_trigger_key(workflow_slug: str, trigger_key: str) -> Run | None:
     return _run_with_workflow(found[0], run_columns, workflow_columns)[0] if found else None
 
 
-def _token_pending():
+def token_pending():
     """The cached API token the request still owes a confirmation (``ledger.auth``), or None. The
     request's first read confirms it in the same round trip (``run_lock_read``, ``reads``)."""
     if not available():
@@ -554,7 +665,7 @@ def reads(*specs) -> list[list]:
                 _execute(cursor, query, params, db=db)
                 results.append(convert(cursor.fetchall(), db))
         elif statements:
-            pending = _token_pending()
+            pending = token_pending()
             sent = [(query, params) for query, params, _ in statements]
             _execute_many(cursor, sent if pending is None else [*sent, token_sql.token_groups_statement(pending)],
                           db=db)

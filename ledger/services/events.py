@@ -17,9 +17,9 @@ from ledger.services.handoff import executor_handoff
 from ledger.services.rollback import compensation_done, compensation_scope
 from ledger.services.versions import stage_generation
 from ledger.services.writer import (EXECUTOR, RunWriter, effect_key_default, illegal, lease_fail, lease_lapse, run_lock,
-                                    run_spec, stage_status)
+                                    run_snapshots, run_spec, run_uuid_of, stage_status)
 from stateboard.canonical import canonical_json, digest
-from stateboard.errors import Conflict, Invalid
+from stateboard.errors import Conflict, Invalid, NotFound
 from stateboard.moments import parse_moment
 
 AGENT_KINDS = STAGE_OUTCOME_KINDS | {"corrected"}
@@ -344,11 +344,56 @@ def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
     then the transition. An event from the holder after its lease ran out is refused with 409
     ``lease_expired`` *after* the run's move to ``failed`` has committed — the one write a refused
     request makes."""
+    event = _event_append_from_snapshot(run_id=run_id, body=body, actor=actor)
+    if event is not None:
+        return event, True
     with sql.write_transaction():
         result = _event_append(run_id=run_id, body=body, actor=actor)
     if isinstance(result, Conflict):
         raise result
     return result
+
+
+def _event_append_from_snapshot(*, run_id, body: dict, actor: str) -> LedgerEvent | None:
+    """The append in one round trip, when this process made the run's last write (``RunSnapshots``): the
+    event is computed from a copy of the run as committed then, exactly as from a locked read, and
+    written by one statement that locks the run and writes only if neither its row nor its workflow's
+    changed since. The computation may send no statement (``sql.speculation``): an append whose rules
+    read anything else (effects, approvals, goals, an earlier client_event_id), or that is refused, or
+    whose snapshot is out of date, returns None having written nothing, and takes the locking path,
+    which decides as always. A cached API token still to be confirmed is confirmed by the same statement
+    (the write requires it unrevoked, with the roles it was cached with)."""
+    if not sql.available() or not sql.outermost():
+        return None
+    try:
+        run_uuid = run_uuid_of(run_id)
+    except NotFound:
+        return None
+    snapshot = run_snapshots.take(run_uuid)
+    if snapshot is None:
+        return None
+    run, versions = snapshot
+    written = None
+    try:
+        with sql.write_transaction():
+            with sql.speculation():
+                _client_event_id_check(body.get("client_event_id"))
+                run.original_event_id = None
+                writer = RunWriter(run, actor, timezone.now())
+                event = _event_apply(writer, body, body_digest=digest(body))
+                if isinstance(event, Conflict) or _claim_uris(event):
+                    raise sql.Speculative()
+            written = writer.flush(commit=True, guard=versions, token=sql.token_pending())
+            if not written:
+                raise sql.Speculative()
+    except Exception:
+        if written:  # committed: anything after the write is the caller's to see
+            raise
+        run_snapshots.forget(run_uuid)
+        return None
+    if writer.run_version is not None:
+        run_snapshots.keep(run, sql.RowVersions(writer.run_version, versions.workflow))
+    return event
 
 
 def _lease_check(run: Run, body: dict, actor: str, now, *, pending: bool = False) -> Conflict | None:
@@ -409,6 +454,8 @@ def _event_append(*, run_id, body: dict, actor: str):
         return event
     writer.flush(commit=not _claim_uris(event))
     _citations_record(writer, [event])
+    if writer.run_version is not None:  # committed by the write itself: the next append may start from it
+        run_snapshots.keep(run, sql.RowVersions(writer.run_version, run.workflow_version))
     return event, True
 
 

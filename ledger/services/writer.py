@@ -7,7 +7,10 @@ partial is ever written.
 
 from __future__ import annotations
 
+import copy
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -75,6 +78,7 @@ class RunWriter:
     events: list[LedgerEvent] = field(default_factory=list)
     rows: list = field(default_factory=list)  # other rows written with the events (server checkpoints)
     before: dict = field(default_factory=dict)
+    run_version: str | None = None  # the run row's version once a flush committed (``RunSnapshots``)
 
     def __post_init__(self):
         self.before = {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
@@ -161,9 +165,12 @@ class RunWriter:
         run.lease_expires_at = self.now + timedelta(seconds=run.workflow.lease_seconds)
         run.queued_at = run.queued_until = None
 
-    def flush(self, *, insert: bool = False, commit: bool = False) -> None:
+    def flush(self, *, insert: bool = False, commit: bool = False, guard: sql.RowVersions | None = None,
+              token=None) -> bool:
         """Write the collected events and row changes. ``commit``: nothing else is written in this
-        transaction, so the write may carry the COMMIT (``sql.write_transaction``)."""
+        transaction, so the write may carry the COMMIT (``sql.write_transaction``). ``guard``: the run
+        came from ``RunSnapshots`` unlocked; False when the row or its workflow changed since, or the
+        cached API ``token`` to confirm did (nothing was written), else True."""
         self.run.updated_at = self.now
         changed = [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
         if not sql.available():  # the embedded SQLite demo: the plain ORM
@@ -177,9 +184,63 @@ class RunWriter:
             sql.rows_insert_all([(Run, [self.run]), (LedgerEvent, self.events), (Checkpoint, self.rows)],
                                 commit=commit)
         else:
-            sql.events_and_run_write(self.events, self.run, changed, checkpoints=self.rows, commit=commit)
+            written = sql.events_and_run_write(self.events, self.run, changed, checkpoints=self.rows, commit=commit,
+                                               guard=guard, token=token)
+            if written is False:
+                return False
+            self.run_version = written
         self.rows = []
         self.events, self.before = [], {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
+        return True
+
+
+class RunSnapshots:
+    """The runs this process last appended to, as committed, with their rows' versions (``xmin``). The
+    next append to one of them is computed from a copy of the snapshot and written by one statement that
+    locks the run and writes only if neither the run's row nor its workflow's changed since
+    (``sql.events_and_run_write``'s guard): one round trip instead of a locking read and a write. Bounded,
+    least recently used out; safe across threads (each take is a fresh copy)."""
+
+    def __init__(self, size: int = 1024):
+        self.size = size
+        self._entries: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def keep(self, run: Run, versions: sql.RowVersions) -> None:
+        """Keep a copy of ``run`` as just committed (a finished run is forgotten: it takes few appends)."""
+        if run.state in TERMINAL_STATES:
+            self.forget(run.pk)
+            return
+        run_names, workflow_names = sql.run_read_attnames()
+        entry = ({name: _copied(getattr(run, name)) for name in run_names},
+                 {name: _copied(getattr(run.workflow, name)) for name in workflow_names}, versions)
+        with self._lock:
+            self._entries[run.pk] = entry
+            self._entries.move_to_end(run.pk)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def take(self, run_id: uuid.UUID) -> tuple[Run, sql.RowVersions] | None:
+        """A fresh copy of the run (with its workflow; ``inputs`` deferred, as a locking read gives it)."""
+        with self._lock:
+            entry = self._entries.get(run_id)
+        if entry is None:
+            return None
+        run_values, workflow_values, versions = entry
+        run = rows.instance(Run, list(run_values), [_copied(value) for value in run_values.values()])
+        run.workflow = rows.instance(Workflow, list(workflow_values), [_copied(v) for v in workflow_values.values()])
+        return run, versions
+
+    def forget(self, run_id) -> None:
+        with self._lock:
+            self._entries.pop(run_id, None)
+
+
+def _copied(value):
+    return copy.deepcopy(value) if isinstance(value, (dict, list)) else value
+
+
+run_snapshots = RunSnapshots()
 
 
 def workflow_spec(workflow: Workflow) -> recovery.WorkflowSpec:
@@ -197,7 +258,7 @@ def stage_status(run: Run) -> dict[str, str]:
     return {stage: entry.get("status") for stage, entry in (run.stage_states or {}).items()}
 
 
-def _run_uuid(run_id) -> uuid.UUID:
+def run_uuid_of(run_id) -> uuid.UUID:
     try:
         return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
     except (ValueError, TypeError, AttributeError):
@@ -220,7 +281,7 @@ def run_lock(run_id, *, client_event_id: str | None = None) -> Run:
     the lock wait, so when another writer appended meanwhile (the last seq seen is not the locked
     row's ``event_count``) the lookup is repeated.
     """
-    run_uuid = _run_uuid(run_id)
+    run_uuid = run_uuid_of(run_id)
     if not sql.available():
         run = _run_orm_read(run_uuid, lock=True)
         snapshot_last_seq = None
@@ -243,7 +304,7 @@ def illegal(run: Run, detail: str):
 
 def run_read(run_id) -> Run:
     """The run with its workflow, without a lock."""
-    run_uuid = _run_uuid(run_id)
+    run_uuid = run_uuid_of(run_id)
     if not sql.available():
         return _run_orm_read(run_uuid, lock=False)
     found = sql.run_lock_read(run_uuid, None, lock=False)

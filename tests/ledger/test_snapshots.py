@@ -1,0 +1,221 @@
+"""Appends from a run snapshot (``services.writer.RunSnapshots``): one statement that locks the run and
+writes only if neither its row nor its workflow's changed since this process's last write; the locking
+path whenever the rules need anything else, refuse, or the snapshot is out of date. Real transactions:
+a snapshot is kept only once a write committed."""
+
+import threading
+import uuid
+
+import pytest
+from django.db import connection, connections
+from django.test import override_settings
+
+from ledger import auth, services, sql
+from ledger.auth import token_revoke
+from ledger.models import LedgerEvent, Run, Workflow
+from ledger.services import writer
+from stateboard.bench.agentpath import statements_counted
+from stateboard.errors import Conflict
+from tests.factories import client_for, make_agent, make_workflow
+from tests.ledger.helpers import AgentDriver, fast_post
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+AGENT = "agent:snap"
+
+
+def _proposed(**data) -> dict:
+    return {"client_event_id": uuid.uuid4().hex, "stage": "build", "kind": "proposed", "data": data}
+
+
+def _append(run_id, body, actor=AGENT):
+    return services.event_append(run_id=run_id, body=body, actor=actor)
+
+
+@pytest.fixture
+def started():
+    """A run whose build stage an agent started (through the locking path: nothing was kept before)."""
+    wf = make_workflow(stages=["build", "test"])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=uuid.uuid4().hex, actor=AGENT)
+    _append(run.id, {"stage": "build", "kind": "started"})
+    return wf, run.id
+
+
+@pytest.fixture
+def guarded(monkeypatch):
+    """The outcome of each write from a snapshot: True written, False refused by its guard."""
+    outcomes, original = [], sql.events_and_run_write
+
+    def spy(*args, guard=None, **kwargs):
+        result = original(*args, guard=guard, **kwargs)
+        if guard is not None:
+            outcomes.append(result is not False)
+        return result
+
+    monkeypatch.setattr(sql, "events_and_run_write", spy)
+    return outcomes
+
+
+def _count(run_id) -> int:
+    return Run.objects.get(id=run_id).event_count
+
+
+def test_the_next_append_of_the_writer_is_one_statement_in_one_round_trip(started, guarded):
+    _, run_id = started
+    before = _count(run_id)
+    with statements_counted() as counted:
+        event, created = _append(run_id, _proposed(n=1))
+    assert created and event.seq == before + 1
+    assert (counted.round_trips, len(counted.statements), guarded) == (1, 1, [True]), counted.messages
+    run = Run.objects.get(id=run_id)
+    assert (run.event_count, run.last_hash, run.lease_owner) == (before + 1, event.hash, AGENT)
+    assert services.chain_verify(run=run)["ok"]
+
+
+def _drive(wf, intent, snapshots: bool, monkeypatch) -> tuple[list, dict]:
+    """A run through both stages with a proposal in each, as (events, run) in comparable form."""
+    if not snapshots:
+        monkeypatch.setattr(writer.run_snapshots, "take", lambda run_id: None)
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=intent, actor=AGENT)
+    for stage in ("build", "test"):
+        for kind in ("started", "proposed", "succeeded"):
+            _append(run.id, {"client_event_id": f"{stage}-{kind}", "stage": stage, "kind": kind,
+                             "data": {"note": kind}})
+    monkeypatch.undo()
+    run = Run.objects.get(id=run.id)
+    events = [(e.seq, e.stage, e.kind, e.actor, e.data, e.client_event_id, e.idempotency_key, e.reason_code)
+              for e in LedgerEvent.objects.filter(run=run).order_by("seq")]
+    assert services.chain_verify(run=run)["ok"]
+    state = {"state": run.state, "current_stage": run.current_stage, "event_count": run.event_count,
+             "stages": {s: v.get("status") for s, v in run.stage_states.items()}, "lease_owner": run.lease_owner,
+             "checkpoints": run.checkpoints.count()}
+    return events, state
+
+
+def test_the_snapshot_path_writes_what_the_locking_path_writes(monkeypatch, guarded):
+    wf = make_workflow(stages=["build", "test"])
+    with_snapshots = _drive(wf, "with", True, monkeypatch)
+    assert guarded.count(True) >= 3, guarded  # the proposals and passes after a write of this process
+    assert _drive(wf, "without", False, monkeypatch) == with_snapshots
+    assert with_snapshots[1]["state"] == "completed"
+
+
+def test_a_write_from_elsewhere_is_seen_and_the_locking_path_appends(started, guarded):
+    _, run_id = started
+    _append(run_id, _proposed(n=1))  # kept
+    before = _count(run_id)
+    with connection.cursor() as cursor:  # another writer touched the row (its version changes)
+        cursor.execute("UPDATE ledger_run SET updated_at = updated_at WHERE id = %s", [run_id])
+    with statements_counted() as counted:
+        event, created = _append(run_id, _proposed(n=2))
+    assert created and event.seq == before + 1
+    assert guarded == [True, False] and counted.round_trips == 3, counted.messages  # the guard, then read + write
+    assert services.chain_verify(run=Run.objects.get(id=run_id))["ok"]
+    with statements_counted() as counted:
+        _append(run_id, _proposed(n=3))
+    assert counted.round_trips == 1  # kept again by the locking path's write
+
+
+def test_a_changed_workflow_is_read_again(started):
+    wf, run_id = started
+    _append(run_id, _proposed(n=1))
+    Workflow.objects.filter(id=wf.id).update(lease_seconds=7)
+    event, _ = _append(run_id, _proposed(n=2))
+    run = Run.objects.get(id=run_id)
+    assert (run.lease_expires_at - event.at).total_seconds() == 7
+
+
+def test_a_repeated_client_event_id_is_answered_with_the_original(started):
+    _, run_id = started
+    body = _proposed(n=1)
+    first, created = _append(run_id, body)
+    again, created_again = _append(run_id, body)
+    assert (created, created_again, again.id) == (True, False, first.id)
+    with pytest.raises(Conflict) as refused:
+        _append(run_id, {**body, "data": {"n": 2}})
+    assert refused.value.code == "client_event_id_mismatch"
+    assert _count(run_id) == first.seq
+
+
+def test_a_refusal_is_the_locking_paths_and_writes_nothing(started):
+    _, run_id = started
+    _append(run_id, _proposed(n=1))
+    before = _count(run_id)
+    with pytest.raises(Conflict) as refused:
+        _append(run_id, _proposed(n=2), actor="agent:other")
+    assert refused.value.code == "lease_held"
+    with pytest.raises(Conflict) as refused:
+        _append(run_id, {"stage": "test", "kind": "succeeded"})
+    assert refused.value.code == "illegal_transition"
+    assert _count(run_id) == before
+    assert _append(run_id, _proposed(n=3))[0].seq == before + 1
+
+
+def test_rules_that_read_send_nothing_from_the_snapshot(monkeypatch, guarded):
+    wf = make_workflow(stages=["build", "deploy"], effect_stages=["deploy"], approval_stages=[])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="fx", actor=AGENT)
+    _append(run.id, {"stage": "build", "kind": "started"})
+    _append(run.id, {"stage": "build", "kind": "succeeded"})
+    refused = []
+
+    def noted(self, *args):  # each statement refused before it was sent, by its text
+        refused.append(args)
+        Exception.__init__(self, *args)
+
+    monkeypatch.setattr(sql.Speculative, "__init__", noted)
+    del guarded[:]
+    event, _ = _append(run.id, {"stage": "deploy", "kind": "started"})  # claims the effect: reads first
+    assert [args for args in refused if args], "the claim's read was refused before it was sent"
+    assert guarded == []
+    assert event.idempotency_key and Run.objects.get(id=run.id).stage_states["deploy"]["status"] == "started"
+
+
+def test_concurrent_appends_to_one_run_keep_one_chain(started):
+    _, run_id = started
+    _append(run_id, _proposed(n=0))
+    before = _count(run_id)
+    errors = []
+
+    def agent(n):
+        try:
+            for i in range(15):
+                _append(run_id, _proposed(thread=n, i=i))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=agent, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    run = Run.objects.get(id=run_id)
+    seqs = list(LedgerEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+    assert run.event_count == before + 60 and seqs == list(range(1, before + 61))
+    assert services.chain_verify(run=run)["ok"]
+
+
+def test_over_http_the_snapshot_write_confirms_the_cached_token_and_a_revoked_one_is_refused(guarded):
+    auth._cache.clear()
+    wf = make_workflow(stages=["build", "test"])
+    _, token = make_agent()
+    client = client_for(token)
+    driver = AgentDriver(client, wf.slug)
+    run_id = driver.trigger()["id"]
+    with override_settings(API_FAST_PATH=False):
+        driver.event(run_id, "build", "started")  # caches the token
+    path = f"/api/v1/runs/{run_id}/events/"
+    response, answered = fast_post(client, path, _proposed(n=1), fast=True)
+    assert (response.status_code, answered) == (201, 1)
+    with statements_counted() as counted:
+        response, answered = fast_post(client, path, _proposed(n=2), fast=True)
+    assert (response.status_code, answered) == (201, 1)
+    assert counted.round_trips == 1 and guarded[-1] is True, counted.messages  # the token confirmed in it
+    assert token_revoke(key=token)
+    events = LedgerEvent.objects.count()
+    response, _ = fast_post(client, path, _proposed(n=3), fast=True)
+    assert response.status_code == 401, response.content
+    assert LedgerEvent.objects.count() == events
+    auth._cache.clear()
