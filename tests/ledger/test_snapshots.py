@@ -8,6 +8,8 @@ import uuid
 
 import pytest
 from django.db import connection, connections
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from django.test import override_settings
 
 from ledger import auth, services, sql
@@ -15,7 +17,7 @@ from ledger.auth import token_revoke
 from ledger.models import LedgerEvent, Run, Workflow
 from ledger.services import writer
 from stateboard.bench.agentpath import statements_counted
-from stateboard.errors import Conflict
+from stateboard.errors import Conflict, Invalid
 from tests.factories import client_for, make_agent, make_workflow
 from tests.ledger.helpers import AgentDriver, fast_post
 
@@ -219,3 +221,47 @@ def test_over_http_the_snapshot_write_confirms_the_cached_token_and_a_revoked_on
     assert response.status_code == 401, response.content
     assert LedgerEvent.objects.count() == events
     auth._cache.clear()
+
+
+STEPS = st.lists(st.tuples(st.sampled_from(["agent:snap"] * 4 + ["agent:other", "touch"]),
+                           st.sampled_from(["build"] * 3 + ["deploy", "test"]),
+                           st.sampled_from(["proposed"] * 3 + ["started", "succeeded", "succeeded", "verified", "failed",
+                                                               "skipped", "unknown", "corrected"]),
+                           st.booleans()),
+                 min_size=1, max_size=12).map(lambda steps: [("agent:snap", "build", "started", False), *steps])
+
+
+def _outcomes(wf, steps, *, snapshots: bool) -> tuple[list, list, dict]:
+    """Each step's outcome, the ledger and the run, with ``RunSnapshots`` on or off; "touch" is another
+    writer changing the run's row version."""
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=uuid.uuid4().hex, actor=AGENT)
+    outcomes = []
+    for n, (actor, stage, kind, with_effect) in enumerate(steps):
+        if not snapshots:
+            writer.run_snapshots.forget(run.id)
+        if actor == "touch":
+            with connection.cursor() as cursor:
+                cursor.execute("UPDATE ledger_run SET updated_at = updated_at WHERE id = %s", [run.id])
+            continue
+        body = {"client_event_id": f"c{n}", "stage": stage, "kind": kind}
+        if with_effect and kind in ("succeeded", "verified"):
+            body["effect"] = {"system": "git", "operation": stage, "reference": "r1"}
+        try:
+            event, created = _append(run.id, body, actor=actor)
+            outcomes.append(("ok", event.seq, event.kind, created))
+        except (Conflict, Invalid) as refused:
+            outcomes.append(("refused", refused.code))
+    run = Run.objects.get(id=run.id)
+    assert services.chain_verify(run=run)["ok"]
+    ledger = [(e.seq, e.stage, e.kind, e.actor, e.data, e.reason_code, e.client_event_id, bool(e.idempotency_key))
+              for e in LedgerEvent.objects.filter(run=run).order_by("seq")]
+    state = {"state": run.state, "current_stage": run.current_stage, "lease_owner": run.lease_owner,
+             "stages": {s: v.get("status") for s, v in run.stage_states.items()}, "count": run.event_count}
+    return outcomes, ledger, state
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=STEPS)
+def test_any_sequence_of_appends_gives_the_same_answers_and_ledger_with_and_without_snapshots(steps):
+    wf = make_workflow(stages=["build", "deploy", "test"], effect_stages=["deploy"], approval_stages=[])
+    assert _outcomes(wf, steps, snapshots=True) == _outcomes(wf, steps, snapshots=False)
