@@ -364,11 +364,21 @@ def _run_update_statement(run: Run, changed: list[str], db, from_last: tuple[str
 
 
 @dataclass(frozen=True)
-class RowVersions:
-    """A run row's version and its workflow row's (``xmin``, as text): what ``RunSnapshots`` keeps."""
+class RunRow:
+    """A run's row as the database holds it, with its workflow's: each row's version (``xmin``) and its
+    columns as a locking read returns them, not yet converted (what ``RunSnapshots`` keeps)."""
 
-    run: str
-    workflow: str
+    version: str
+    values: tuple
+    workflow_version: str
+    workflow_values: tuple
+
+    def run(self) -> Run:
+        """The run with its workflow, built as ``run_lock_read`` builds them (``inputs`` deferred)."""
+        _, run_columns, workflow_columns = _run_read_statement(connection.vendor, True, False)
+        run = _run_with_workflow(self.values + self.workflow_values, run_columns, workflow_columns)[0]
+        run.workflow_row = (self.workflow_version, self.workflow_values)
+        return run
 
 
 _GUARD = ("guard AS (SELECT r.id FROM {runs} r WHERE r.id = %s AND r.xmin = %s::xid AND EXISTS "
@@ -385,12 +395,12 @@ def _guard_sql(vendor: str, token: bool) -> str:
 
 def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str], *,
                          checkpoints: list[Checkpoint] = (), commit: bool = False,
-                         guard: RowVersions | None = None, token=None) -> str | None | bool:
+                         guard: RunRow | None = None, token=None) -> tuple | None | bool:
     """Insert the events (and server checkpoints) and UPDATE only the run's changed columns, so a plain
     append stays a HOT update. On PostgreSQL all of it is one statement (data-modifying CTEs): one
     round trip per append besides the locking read. ``commit``: nothing follows in the transaction, so
-    the statement may carry its COMMIT (``write_transaction``). Returns the run row's new version when
-    the statement committed, else None.
+    the statement may carry its COMMIT (``write_transaction``). Returns the run row as written (its
+    version and its columns as a locking read returns them) when the statement committed, else None.
 
     ``guard``: the run was not locked and read, but taken from ``RunSnapshots``; the statement locks the
     run and writes only if neither its row nor its workflow's changed since (their versions), and
@@ -406,7 +416,8 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
         ctes, params = [], []
         if guarded:
             ctes.append(_guard_sql(db.vendor, token is not None))
-            params += [Run._meta.pk.get_db_prep_value(run.pk, db), guard.run, run.workflow_id, guard.workflow]
+            params += [Run._meta.pk.get_db_prep_value(run.pk, db), guard.version, run.workflow_id,
+                       guard.workflow_version]
             if token is not None:
                 names = sorted(token.group_names)
                 params += [token.key_hash, names, names]
@@ -422,7 +433,7 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
         update_sql, update_params = _run_update_statement(run, changed, db, from_last, guarded)
         returning = "(SELECT array_agg(id) FROM inserted)" + (
             ", (SELECT array_agg(id) FROM checkpoints)" if checkpoints else "")
-        returning += f", {_quote(Run._meta.db_table)}.xmin::text"
+        returning += ", " + _run_row_returning(db.vendor)
         with _cursor(db=db) as cursor:
             _execute(cursor, f"WITH {', '.join(ctes)} {update_sql} RETURNING {returning}", [*params, *update_params],
                      commit=commit, db=db)
@@ -434,7 +445,10 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
         _assign_ids(events, ids[0])
         if checkpoints:
             _assign_ids(list(checkpoints), ids[1])
-        return ids[-1] if db.connection.pgconn.transaction_status == _IDLE else None
+        if db.connection.pgconn.transaction_status != _IDLE:
+            return None
+        count = len(_run_read_statement(db.vendor, True, False)[1])
+        return ids[-count - 1], tuple(ids[-count:])
     if guard is not None:
         raise ValueError("A guarded write needs events and changed columns.")
     rows_insert(LedgerEvent, events)
@@ -444,6 +458,14 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
         with _cursor(db=db) as cursor:
             _execute(cursor, sql, params, db=db)
     return None
+
+
+@functools.cache
+def _run_row_returning(vendor: str) -> str:
+    """The updated run's version and the columns a locking read returns, for a write's RETURNING."""
+    _, run_columns, _ = _run_read_statement(vendor, True, False)
+    table = _quote(Run._meta.db_table)
+    return ", ".join([f"{table}.xmin::text", *(f"{table}.{_quote(f.column)}" for f, _ in run_columns)])
 
 
 @functools.cache
@@ -473,12 +495,6 @@ def _run_read_statement(vendor: str, lock: bool, client_lookup: bool, by_trigger
     return sql, rows.Columns(Run, run_fields), rows.Columns(Workflow, workflow_fields)
 
 
-def run_read_attnames() -> tuple[list, list]:
-    """The run's and the workflow's attnames a locking read sets (the run without ``inputs``)."""
-    _, run_columns, workflow_columns = _run_read_statement(connection.vendor, True, False)
-    return run_columns.attnames, workflow_columns.attnames
-
-
 def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
     """Lock the run row (unless ``lock=False``) and read it with its workflow in one statement:
     (run, id of an earlier event with ``client_event_id``, last seq seen by the statement's snapshot),
@@ -486,7 +502,7 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
 
     A cached API token waiting in ``token_to_confirm`` is confirmed by the same statement: if it was
     revoked or its roles changed, TokenChanged is raised before anything is written. A locked run
-    carries its workflow row's version as ``run.workflow_version`` (``RunSnapshots``)."""
+    carries its workflow's row, as read, and its version as ``run.workflow_row`` (``RunSnapshots``)."""
     db = _db()
     client_lookup = client_event_id is not None
     pending = token_pending()
@@ -502,6 +518,7 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
     workflow_version = None
     if row is not None and lock:
         row, workflow_version = row[:-1], row[-1]
+        workflow_values = tuple(row[len(run_columns):len(run_columns) + len(workflow_columns)])
     if row is None:
         if token_check:
             token_sql.token_confirm(pending, token_sql.token_groups_read(pending.key_hash))  # no such run: who asks still counts
@@ -511,7 +528,7 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
         row = row[:-1]
     run, rest = _run_with_workflow(row, run_columns, workflow_columns, db)
     if lock:
-        run.workflow_version = workflow_version
+        run.workflow_row = (workflow_version, workflow_values)
     return (run, *rest) if client_lookup else (run, None, None)
 
 

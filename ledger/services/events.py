@@ -372,7 +372,7 @@ def _event_append_from_snapshot(*, run_id, body: dict, actor: str) -> LedgerEven
     snapshot = run_snapshots.take(run_uuid)
     if snapshot is None:
         return None
-    run, versions = snapshot
+    run = snapshot.run()
     written = None
     try:
         with sql.write_transaction():
@@ -383,7 +383,7 @@ def _event_append_from_snapshot(*, run_id, body: dict, actor: str) -> LedgerEven
                 event = _event_apply(writer, body, body_digest=digest(body))
                 if isinstance(event, Conflict) or _claim_uris(event):
                     raise sql.Speculative()
-            written = writer.flush(commit=True, guard=versions, token=sql.token_pending())
+            written = writer.flush(commit=True, guard=snapshot, token=sql.token_pending())
             if not written:
                 raise sql.Speculative()
     except Exception:
@@ -391,8 +391,8 @@ def _event_append_from_snapshot(*, run_id, body: dict, actor: str) -> LedgerEven
             raise
         run_snapshots.forget(run_uuid)
         return None
-    if writer.run_version is not None:
-        run_snapshots.keep(run, sql.RowVersions(writer.run_version, versions.workflow))
+    if writer.committed is not None:
+        run_snapshots.keep(run, writer.committed)
     return event
 
 
@@ -454,8 +454,8 @@ def _event_append(*, run_id, body: dict, actor: str):
         return event
     writer.flush(commit=not _claim_uris(event))
     _citations_record(writer, [event])
-    if writer.run_version is not None:  # committed by the write itself: the next append may start from it
-        run_snapshots.keep(run, sql.RowVersions(writer.run_version, run.workflow_version))
+    if writer.committed is not None:  # committed by the write itself: the next append may start from it
+        run_snapshots.keep(run, writer.committed)
     return event, True
 
 

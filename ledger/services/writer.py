@@ -7,7 +7,6 @@ partial is ever written.
 
 from __future__ import annotations
 
-import copy
 import threading
 import uuid
 from collections import OrderedDict
@@ -78,7 +77,7 @@ class RunWriter:
     events: list[LedgerEvent] = field(default_factory=list)
     rows: list = field(default_factory=list)  # other rows written with the events (server checkpoints)
     before: dict = field(default_factory=dict)
-    run_version: str | None = None  # the run row's version once a flush committed (``RunSnapshots``)
+    committed: tuple | None = None  # (version, columns) of the run's row once a flush committed it
 
     def __post_init__(self):
         self.before = {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
@@ -165,7 +164,7 @@ class RunWriter:
         run.lease_expires_at = self.now + timedelta(seconds=run.workflow.lease_seconds)
         run.queued_at = run.queued_until = None
 
-    def flush(self, *, insert: bool = False, commit: bool = False, guard: sql.RowVersions | None = None,
+    def flush(self, *, insert: bool = False, commit: bool = False, guard: sql.RunRow | None = None,
               token=None) -> bool:
         """Write the collected events and row changes. ``commit``: nothing else is written in this
         transaction, so the write may carry the COMMIT (``sql.write_transaction``). ``guard``: the run
@@ -188,56 +187,45 @@ class RunWriter:
                                                guard=guard, token=token)
             if written is False:
                 return False
-            self.run_version = written
+            self.committed = written
         self.rows = []
         self.events, self.before = [], {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
         return True
 
 
 class RunSnapshots:
-    """The runs this process last appended to, as committed, with their rows' versions (``xmin``). The
-    next append to one of them is computed from a copy of the snapshot and written by one statement that
-    locks the run and writes only if neither the run's row nor its workflow's changed since
-    (``sql.events_and_run_write``'s guard): one round trip instead of a locking read and a write. Bounded,
-    least recently used out; safe across threads (each take is a fresh copy)."""
+    """The rows of the runs this process last appended to, as it committed them (returned by the write),
+    with their workflows' as read, and both rows' versions (``xmin``). The next append to one of them is
+    computed from a run built from the snapshot exactly as a locking read builds it, and written by one
+    statement that locks the run and writes only if neither row changed since (``sql.events_and_run_write``'s
+    guard): one round trip instead of a locking read and a write. Bounded, least recently used out; the rows
+    are immutable tuples, so threads share them."""
 
     def __init__(self, size: int = 1024):
         self.size = size
-        self._entries: OrderedDict = OrderedDict()
+        self._rows: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
-    def keep(self, run: Run, versions: sql.RowVersions) -> None:
-        """Keep a copy of ``run`` as just committed (a finished run is forgotten: it takes few appends)."""
+    def keep(self, run: Run, committed: tuple) -> None:
+        """Keep the row a write of ``run`` committed (a finished run is forgotten: it takes few appends)."""
         if run.state in TERMINAL_STATES:
             self.forget(run.pk)
             return
-        run_names, workflow_names = sql.run_read_attnames()
-        entry = ({name: _copied(getattr(run, name)) for name in run_names},
-                 {name: _copied(getattr(run.workflow, name)) for name in workflow_names}, versions)
+        version, values = committed
+        row = sql.RunRow(version, values, *run.workflow_row)
         with self._lock:
-            self._entries[run.pk] = entry
-            self._entries.move_to_end(run.pk)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+            self._rows[run.pk] = row
+            self._rows.move_to_end(run.pk)
+            while len(self._rows) > self.size:
+                self._rows.popitem(last=False)
 
-    def take(self, run_id: uuid.UUID) -> tuple[Run, sql.RowVersions] | None:
-        """A fresh copy of the run (with its workflow; ``inputs`` deferred, as a locking read gives it)."""
+    def take(self, run_id: uuid.UUID) -> sql.RunRow | None:
         with self._lock:
-            entry = self._entries.get(run_id)
-        if entry is None:
-            return None
-        run_values, workflow_values, versions = entry
-        run = rows.instance(Run, list(run_values), [_copied(value) for value in run_values.values()])
-        run.workflow = rows.instance(Workflow, list(workflow_values), [_copied(v) for v in workflow_values.values()])
-        return run, versions
+            return self._rows.get(run_id)
 
     def forget(self, run_id) -> None:
         with self._lock:
-            self._entries.pop(run_id, None)
-
-
-def _copied(value):
-    return copy.deepcopy(value) if isinstance(value, (dict, list)) else value
+            self._rows.pop(run_id, None)
 
 
 run_snapshots = RunSnapshots()
