@@ -354,6 +354,11 @@ def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
     return result
 
 
+# (workflow id, stage, kind) of events whose rules read before they write (an effect's claim, an approval):
+# learnt from their first attempt, they go to the locking path at once.
+_READING: set = set()
+
+
 def _event_append_from_snapshot(*, run_id, body: dict, actor: str) -> LedgerEvent | None:
     """The append in one round trip, when this process made the run's last write (``RunSnapshots``): the
     event is computed from a copy of the run as committed then, exactly as from a locked read, and
@@ -370,7 +375,11 @@ def _event_append_from_snapshot(*, run_id, body: dict, actor: str) -> LedgerEven
     except NotFound:
         return None
     snapshot = run_snapshots.take(run_uuid)
-    if snapshot is None:
+    stage, kind = body.get("stage"), body.get("kind")
+    if snapshot is None or not isinstance(stage, str) or not isinstance(kind, str):
+        return None  # (a body without them is refused by the locking path)
+    reading = (snapshot.workflow_values[0], stage, kind)
+    if reading in _READING:
         return None
     run = snapshot.run()
     written = None
@@ -386,9 +395,11 @@ def _event_append_from_snapshot(*, run_id, body: dict, actor: str) -> LedgerEven
             written = writer.flush(commit=True, guard=snapshot, token=sql.token_pending())
             if not written:
                 raise sql.Speculative()
-    except Exception:
+    except Exception as exc:
         if written:  # committed: anything after the write is the caller's to see
             raise
+        if isinstance(exc, sql.Speculative) and exc.args:  # its rules read: this kind of event takes the lock
+            _READING.add(reading)
         run_snapshots.forget(run_uuid)
         return None
     if writer.committed is not None:

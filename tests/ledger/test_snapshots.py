@@ -170,6 +170,13 @@ def test_rules_that_read_send_nothing_from_the_snapshot(monkeypatch, guarded):
     assert [args for args in refused if args], "the claim's read was refused before it was sent"
     assert guarded == []
     assert event.idempotency_key and Run.objects.get(id=run.id).stage_states["deploy"]["status"] == "started"
+    # learnt: the same kind of event of another run of the workflow goes to the locking path at once
+    other, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="fx2", actor=AGENT)
+    for kind in ("started", "succeeded"):
+        _append(other.id, {"stage": "build", "kind": kind})
+    del refused[:], guarded[:]
+    _append(other.id, {"stage": "deploy", "kind": "started"})
+    assert refused == [] and guarded == []
 
 
 def test_concurrent_appends_to_one_run_keep_one_chain(started):
