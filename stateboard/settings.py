@@ -152,6 +152,8 @@ API_MAX_DEPTH = 64
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES + 1024
 # ``ledger.fastpath``: the agent's append in its common form skips the page middleware and DRF's cycle.
 API_FAST_PATH = env_bool("API_FAST_PATH", True)
+# An agent's next append to a run its process wrote last: one guarded statement (ledger.services.writer.RunSnapshots).
+APPEND_FROM_SNAPSHOT = env_bool("APPEND_FROM_SNAPSHOT", True)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

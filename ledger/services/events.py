@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.utils import timezone
 
 from knowledge import services as knowledge_services
@@ -368,7 +369,7 @@ def _event_append_from_snapshot(*, run_id, body: dict, actor: str) -> LedgerEven
     whose snapshot is out of date, returns None having written nothing, and takes the locking path,
     which decides as always. A cached API token still to be confirmed is confirmed by the same statement
     (the write requires it unrevoked, with the roles it was cached with)."""
-    if not sql.available() or not sql.outermost():
+    if not settings.APPEND_FROM_SNAPSHOT or not sql.available() or not sql.outermost():
         return None
     try:
         run_uuid = run_uuid_of(run_id)
@@ -465,7 +466,7 @@ def _event_append(*, run_id, body: dict, actor: str):
         return event
     writer.flush(commit=not _claim_uris(event))
     _citations_record(writer, [event])
-    if writer.committed is not None:  # committed by the write itself: the next append may start from it
+    if writer.committed is not None and settings.APPEND_FROM_SNAPSHOT:  # the next append may start from it
         run_snapshots.keep(run, writer.committed)
     return event, True
 

@@ -272,3 +272,12 @@ def _outcomes(wf, steps, *, snapshots: bool) -> tuple[list, list, dict]:
 def test_any_sequence_of_appends_gives_the_same_answers_and_ledger_with_and_without_snapshots(steps):
     wf = make_workflow(stages=["build", "deploy", "test"], effect_stages=["deploy"], approval_stages=[])
     assert _outcomes(wf, steps, snapshots=True) == _outcomes(wf, steps, snapshots=False)
+
+
+def test_with_the_switch_off_every_append_locks_and_reads_first(started, settings, guarded):
+    _, run_id = started  # its last write was kept
+    settings.APPEND_FROM_SNAPSHOT = False
+    for n in range(2):
+        with statements_counted() as counted:
+            _append(run_id, _proposed(n=n))
+        assert counted.round_trips == 2 and guarded == [], counted.messages
