@@ -4,7 +4,9 @@ import itertools
 import json
 import threading
 
+import pytest
 from django.db import connection
+from django.test import override_settings
 from django.utils import timezone
 
 from tests.factories import client_for, make_agent, make_workflow
@@ -122,3 +124,22 @@ def comparable(response):
     headers = {name: value for name, value in response.headers.items() if name != "Date"}
     return response.status_code, response.content, headers
 
+
+
+@pytest.fixture
+def agent_run():
+    """(client, run id) with the agent's token cached by one append (through the full stack)."""
+    from ledger import auth
+    from ledger.models import ApiToken
+
+    auth._cache.clear()
+    wf = make_workflow(stages=["build", "test"])
+    user, token = make_agent()
+    client = client_for(token)
+    driver = AgentDriver(client, wf.slug)
+    run_id = driver.trigger()["id"]
+    with override_settings(API_FAST_PATH=False):
+        driver.event(run_id, "build", "started")
+    assert ApiToken.objects.get(user=user).key_hash in auth._cache
+    yield client, run_id
+    auth._cache.clear()

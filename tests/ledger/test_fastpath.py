@@ -10,29 +10,13 @@ from django.test import override_settings
 
 from ledger import auth
 from ledger.fastpath import AgentFastPath
-from ledger.models import ApiToken, AuditEntry, LedgerEvent
+from ledger.models import AuditEntry, LedgerEvent
 from ledger.auth import token_revoke
 from stateboard.roles import ONCALL
-from tests.factories import client_for, make_agent, make_operator, make_workflow
-from tests.ledger.helpers import AgentDriver, comparable, fast_post
+from tests.factories import client_for, make_operator
+from tests.ledger.helpers import agent_run, comparable, fast_post  # noqa: F401 (agent_run: a fixture)
 
 pytestmark = pytest.mark.django_db
-
-@pytest.fixture
-def agent_run():
-    """(client, run id) with the agent's token cached by one append (through the full stack)."""
-    auth._cache.clear()
-    wf = make_workflow(stages=["build", "test"])
-    user, token = make_agent()
-    client = client_for(token)
-    driver = AgentDriver(client, wf.slug)
-    run_id = driver.trigger()["id"]
-    with override_settings(API_FAST_PATH=False):
-        driver.event(run_id, "build", "started")
-    assert ApiToken.objects.get(user=user).key_hash in auth._cache
-    yield client, run_id
-    auth._cache.clear()
-
 
 def _post(client, run_id, body, *, fast: bool, **extra):
     return fast_post(client, f"/api/v1/runs/{run_id}/events/", body, fast=fast, **extra)

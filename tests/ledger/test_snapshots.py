@@ -10,16 +10,15 @@ import pytest
 from django.db import connection, connections
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from django.test import override_settings
 
-from ledger import auth, services, sql
+from ledger import services, sql
 from ledger.auth import token_revoke
 from ledger.models import LedgerEvent, Run, Workflow
 from ledger.services import writer
 from stateboard.bench.agentpath import statements_counted
 from stateboard.errors import Conflict, Invalid
-from tests.factories import client_for, make_agent, make_workflow
-from tests.ledger.helpers import AgentDriver, fast_post
+from tests.factories import make_workflow
+from tests.ledger.helpers import agent_run, fast_post  # noqa: F401 (agent_run: a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -206,15 +205,9 @@ def test_concurrent_appends_to_one_run_keep_one_chain(started):
     assert services.chain_verify(run=run)["ok"]
 
 
-def test_over_http_the_snapshot_write_confirms_the_cached_token_and_a_revoked_one_is_refused(guarded):
-    auth._cache.clear()
-    wf = make_workflow(stages=["build", "test"])
-    _, token = make_agent()
-    client = client_for(token)
-    driver = AgentDriver(client, wf.slug)
-    run_id = driver.trigger()["id"]
-    with override_settings(API_FAST_PATH=False):
-        driver.event(run_id, "build", "started")  # caches the token
+def test_over_http_the_snapshot_write_confirms_the_cached_token_and_a_revoked_one_is_refused(agent_run, guarded):
+    client, run_id = agent_run
+    token = client._credentials["HTTP_AUTHORIZATION"].split()[1]
     path = f"/api/v1/runs/{run_id}/events/"
     response, answered = fast_post(client, path, _proposed(n=1), fast=True)
     assert (response.status_code, answered) == (201, 1)
@@ -227,7 +220,6 @@ def test_over_http_the_snapshot_write_confirms_the_cached_token_and_a_revoked_on
     response, _ = fast_post(client, path, _proposed(n=3), fast=True)
     assert response.status_code == 401, response.content
     assert LedgerEvent.objects.count() == events
-    auth._cache.clear()
 
 
 STEPS = st.lists(st.tuples(st.sampled_from(["agent:snap"] * 4 + ["agent:other", "touch"]),
