@@ -363,21 +363,41 @@ def _run_update_statement(run: Run, changed: list[str], db, from_last: tuple[str
     return sql, [*rows.save_values(preps, [run], db), Run._meta.pk.get_db_prep_value(run.pk, db)]
 
 
+class WorkflowRow:
+    """A workflow's row as a locking read returned it, with its version (``xmin``); its Python values are
+    converted at the first ``python()`` and kept, so the runs built from ``RunSnapshots`` rows that share it
+    (the appends to a run while its workflow stays unchanged) decode its JSON columns once, not at every
+    append. The values are shared by the instances built from them: nothing on the append path changes a
+    workflow's JSON in place."""
+
+    __slots__ = ("version", "values", "_python")
+
+    def __init__(self, version: str, values: tuple):
+        self.version, self.values, self._python = version, values, None
+
+    def python(self, columns, db) -> tuple:
+        if self._python is None:  # two threads may both convert: the same values, either kept
+            self._python = tuple(rows.python_values(columns, self.values, db))
+        return self._python
+
+
 @dataclass(frozen=True)
 class RunRow:
-    """A run's row as the database holds it, with its workflow's: each row's version (``xmin``) and its
-    columns as a locking read returns them, not yet converted (what ``RunSnapshots`` keeps)."""
+    """A run's row as the database holds it, with its workflow's: the run's version (``xmin``) and its
+    columns as a locking read returns them, not yet converted, and the workflow's ``WorkflowRow`` (what
+    ``RunSnapshots`` keeps)."""
 
     version: str
     values: tuple
-    workflow_version: str
-    workflow_values: tuple
+    workflow: WorkflowRow
 
     def run(self) -> Run:
         """The run with its workflow, built as ``run_lock_read`` builds them (``inputs`` deferred)."""
-        _, run_columns, workflow_columns = _run_read_statement(connection.vendor, True, False)
-        run = _run_with_workflow(self.values + self.workflow_values, run_columns, workflow_columns)[0]
-        run.workflow_row = (self.workflow_version, self.workflow_values)
+        db = _db()
+        _, run_columns, workflow_columns = _run_read_statement(db.vendor, True, False)
+        run = rows.from_row(Run, run_columns, self.values, db)
+        run.workflow = rows.instance(Workflow, workflow_columns.attnames, self.workflow.python(workflow_columns, db))
+        run.workflow_row = self.workflow
         return run
 
 
@@ -417,7 +437,7 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
         if guarded:
             ctes.append(_guard_sql(db.vendor, token is not None))
             params += [Run._meta.pk.get_db_prep_value(run.pk, db), guard.version, run.workflow_id,
-                       guard.workflow_version]
+                       guard.workflow.version]
             if token is not None:
                 names = sorted(token.group_names)
                 params += [token.key_hash, names, names]
@@ -502,7 +522,8 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
 
     A cached API token waiting in ``token_to_confirm`` is confirmed by the same statement: if it was
     revoked or its roles changed, TokenChanged is raised before anything is written. A locked run
-    carries its workflow's row, as read, and its version as ``run.workflow_row`` (``RunSnapshots``)."""
+    carries its workflow's row, as read, with its version as ``run.workflow_row`` (a ``WorkflowRow``, for
+    ``RunSnapshots``)."""
     db = _db()
     client_lookup = client_event_id is not None
     pending = token_pending()
@@ -515,10 +536,11 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
     with _cursor(db=db) as cursor:
         _execute(cursor, sql, [*params, Run._meta.pk.get_db_prep_value(run_uuid, db)], db=db)
         row = cursor.fetchone()
-    workflow_version = None
+    workflow_row = None
     if row is not None and lock:
         row, workflow_version = row[:-1], row[-1]
-        workflow_values = tuple(row[len(run_columns):len(run_columns) + len(workflow_columns)])
+        n = len(run_columns)
+        workflow_row = WorkflowRow(workflow_version, tuple(row[n:n + len(workflow_columns)]))
     if row is None:
         if token_check:
             token_sql.token_confirm(pending, token_sql.token_groups_read(pending.key_hash))  # no such run: who asks still counts
@@ -528,7 +550,7 @@ def run_lock_read(run_uuid, client_event_id: str | None, *, lock: bool = True):
         row = row[:-1]
     run, rest = _run_with_workflow(row, run_columns, workflow_columns, db)
     if lock:
-        run.workflow_row = (workflow_version, workflow_values)
+        run.workflow_row = workflow_row
     return (run, *rest) if client_lookup else (run, None, None)
 
 

@@ -379,23 +379,23 @@ def _event_append_from_snapshot(*, run_id, body: dict, actor: str) -> LedgerEven
     stage, kind = body.get("stage"), body.get("kind")
     if snapshot is None or not isinstance(stage, str) or not isinstance(kind, str):
         return None  # (a body without them is refused by the locking path)
-    reading = (snapshot.workflow_values[0], stage, kind)
+    reading = (snapshot.workflow.values[0], stage, kind)
     if reading in _READING:
         return None
     run = snapshot.run()
     written = None
     try:
-        with sql.write_transaction():
-            with sql.speculation():
-                _client_event_id_check(body.get("client_event_id"))
-                run.original_event_id = None
-                writer = RunWriter(run, actor, timezone.now())
-                event = _event_apply(writer, body, body_digest=digest(body))
-                if isinstance(event, Conflict) or _claim_uris(event):
-                    raise sql.Speculative()
-            written = writer.flush(commit=True, guard=snapshot, token=sql.token_pending())
-            if not written:
+        with sql.speculation():
+            _client_event_id_check(body.get("client_event_id"))
+            run.original_event_id = None
+            writer = RunWriter(run, actor, timezone.now())
+            event = _event_apply(writer, body, body_digest=digest(body))
+            if isinstance(event, Conflict) or _claim_uris(event):
                 raise sql.Speculative()
+        # One statement outside any transaction block: it is its own transaction (autocommit).
+        written = writer.flush(commit=True, guard=snapshot, token=sql.token_pending())
+        if not written:
+            raise sql.Speculative()
     except Exception as exc:
         if written:  # committed: anything after the write is the caller's to see
             raise

@@ -167,7 +167,8 @@ class RunWriter:
     def flush(self, *, insert: bool = False, commit: bool = False, guard: sql.RunRow | None = None,
               token=None) -> bool:
         """Write the collected events and row changes. ``commit``: nothing else is written in this
-        transaction, so the write may carry the COMMIT (``sql.write_transaction``). ``guard``: the run
+        transaction, so the write may carry the COMMIT (``sql.write_transaction``; outside any transaction
+        block the one statement is a transaction of its own). ``guard``: the run
         came from ``RunSnapshots`` unlocked; False when the row or its workflow changed since, or the
         cached API ``token`` to confirm did (nothing was written), else True."""
         self.run.updated_at = self.now
@@ -212,7 +213,7 @@ class RunSnapshots:
             self.forget(run.pk)
             return
         version, values = committed
-        row = sql.RunRow(version, values, *run.workflow_row)
+        row = sql.RunRow(version, values, run.workflow_row)
         with self._lock:
             self._rows[run.pk] = row
             self._rows.move_to_end(run.pk)

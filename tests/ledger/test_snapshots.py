@@ -3,8 +3,11 @@ writes only if neither its row nor its workflow's changed since this process's l
 path whenever the rules need anything else, refuse, or the snapshot is out of date. Real transactions:
 a snapshot is kept only once a write committed."""
 
+import re
 import threading
 import uuid
+
+import psycopg
 
 import pytest
 from django.db import connection, connections
@@ -71,6 +74,46 @@ def test_the_next_append_of_the_writer_is_one_statement_in_one_round_trip(starte
     run = Run.objects.get(id=run_id)
     assert (run.event_count, run.last_hash, run.lease_owner) == (before + 1, event.hash, AGENT)
     assert services.chain_verify(run=run)["ok"]
+
+
+def test_the_snapshot_write_is_a_transaction_of_its_own_committed_when_it_returns(started, guarded):
+    _, run_id = started
+    _append(run_id, _proposed(n=1))
+    with statements_counted() as counted:
+        event, _ = _append(run_id, _proposed(n=2))
+    assert guarded == [True, True]
+    assert not re.search(r"\b(BEGIN|COMMIT)\b", counted.messages[0]), counted.messages[0][:200]
+    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert _committed_count(run_id) == event.seq  # another connection sees it
+
+
+def test_the_workflow_row_is_converted_once_while_it_stays_unchanged(started):
+    wf, run_id = started
+    _append(run_id, _proposed(n=1))
+    first = writer.run_snapshots.take(uuid.UUID(str(run_id))).workflow
+    for n in range(2, 5):
+        _append(run_id, _proposed(n=n))
+    kept = writer.run_snapshots.take(uuid.UUID(str(run_id))).workflow
+    assert kept is first  # converted at the first append from it, not again
+    assert kept._python[_workflow_index("stages")] == ["build", "test"]
+    Workflow.objects.filter(id=wf.id).update(stages=["build", "test", "ship"])
+    _append(run_id, _proposed(n=5))  # the guard sees the new version: read again and kept anew
+    renewed = writer.run_snapshots.take(uuid.UUID(str(run_id))).workflow
+    assert renewed is not first and renewed.version != first.version
+    run = writer.run_snapshots.take(uuid.UUID(str(run_id))).run()
+    assert run.workflow.stages == ["build", "test", "ship"]
+
+
+def _workflow_index(name: str) -> int:
+    _, _, workflow_columns = sql._run_read_statement(connection.vendor, True, False)
+    return workflow_columns.attnames.index(name)
+
+
+def _committed_count(run_id) -> int:
+    db = connection.settings_dict
+    with psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"],
+                         password=db["PASSWORD"] or None, autocommit=True) as other:
+        return other.execute("SELECT event_count FROM ledger_run WHERE id = %s", [run_id]).fetchone()[0]
 
 
 def _drive(wf, intent, snapshots: bool, monkeypatch) -> tuple[list, dict]:
