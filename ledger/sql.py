@@ -18,6 +18,7 @@ from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.models.sql import UpdateQuery
 from psycopg.adapt import Transformer
 from psycopg.pq import TransactionStatus
 from psycopg.types.datetime import TimestamptzLoader
@@ -220,6 +221,11 @@ def speculation():
         _speculating.reset(token)
 
 
+def speculating() -> bool:
+    """Within ``speculation``: a write the rules would make goes with the snapshot's statement instead."""
+    return _speculating.get()
+
+
 def _statement_refused(execute, sql, params, many, context):
     raise Speculative(sql)
 
@@ -415,7 +421,7 @@ def _guard_sql(vendor: str, token: bool) -> str:
 
 def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str], *,
                          checkpoints: list[Checkpoint] = (), commit: bool = False,
-                         guard: RunRow | None = None, token=None) -> tuple | None | bool:
+                         guard: RunRow | None = None, token=None, effect_moves=()) -> tuple | None | bool:
     """Insert the events (and server checkpoints) and UPDATE only the run's changed columns, so a plain
     append stays a HOT update. On PostgreSQL all of it is one statement (data-modifying CTEs): one
     round trip per append besides the locking read. ``commit``: nothing follows in the transaction, so
@@ -426,7 +432,9 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
     run and writes only if neither its row nor its workflow's changed since (their versions), and
     returns False when they did (nothing written). ``token``: a cached API token still to be confirmed
     (``token_sql.TokenConfirmation``): the guard also requires it unrevoked with the same roles, and a
-    write confirms it."""
+    write confirms it. ``effect_moves`` (with a guard; at most one): the (queryset, changes) UPDATE of an
+    effect, made by the same statement and required to move a row: if it finds none, nothing is written
+    (False)."""
     db = _db()
     if events and changed:
         last = events[-1]
@@ -441,6 +449,17 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
             if token is not None:
                 names = sorted(token.group_names)
                 params += [token.key_hash, names, names]
+            if effect_moves:  # the run's guard, then the move, then the rest only if it moved a row
+                if len(effect_moves) > 1:
+                    raise Speculative()  # (one move's failure would not undo another's): the locking path
+                (queryset, changes), = effect_moves
+                move_sql, move_params = _effect_move_sql(queryset, changes, db)
+                ctes[0] = ctes[0].replace("guard AS (", "run_guard AS (", 1)
+                ctes += [f"moved AS ({move_sql} AND EXISTS (SELECT 1 FROM run_guard) RETURNING 1)",
+                         "guard AS (SELECT id FROM run_guard WHERE EXISTS (SELECT 1 FROM moved))"]
+                params += move_params
+        elif effect_moves:
+            raise ValueError("Effect moves go with a guarded write.")
         insert_sql, insert_params = insert_statement(LedgerEvent, events, db=db, returning=_returning_for(from_last),
                                                      guarded=guarded)
         ctes.append(f"inserted AS ({insert_sql})")
@@ -478,6 +497,17 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
         with _cursor(db=db) as cursor:
             _execute(cursor, sql, params, db=db)
     return None
+
+
+def _effect_move_sql(queryset, changes: dict, db) -> tuple[str, list]:
+    """``queryset.update(**changes)``'s statement, as the ORM compiles it, for a CTE (its WHERE, parenthesised
+    by the compiler, takes one more condition)."""
+    query = queryset.query.chain(UpdateQuery)
+    query.add_update_values(changes)
+    sql, params = query.get_compiler(db.alias).as_sql()
+    if not re.search(r" WHERE \(.*\)$", sql):
+        raise Speculative()  # not the shape expected: the locking path makes the move
+    return sql, list(params)
 
 
 @functools.cache

@@ -123,8 +123,11 @@ class _Append:
         if not key or target is None:
             return None
         changes = {"status": target, "last_seq": event.seq, "updated_at": self.writer.now, **(ref or {})}
-        updated = self._effects().filter(idempotency_key=key, status__in=sources).update(**changes)
-        return key if updated else None
+        moves = self._effects().filter(idempotency_key=key, status__in=sources)
+        if sql.speculating():  # from a snapshot: its write moves the effect, or writes nothing if none moves
+            self.writer.effect_moves.append((moves, changes))
+            return key
+        return key if moves.update(**changes) else None
 
     def after_pass(self, event: LedgerEvent) -> None:
         """A stage passed: server checkpoint, then completed when no stage is left."""

@@ -76,6 +76,7 @@ class RunWriter:
     now: datetime
     events: list[LedgerEvent] = field(default_factory=list)
     rows: list = field(default_factory=list)  # other rows written with the events (server checkpoints)
+    effect_moves: list = field(default_factory=list)  # (queryset, changes): UPDATEs the snapshot write makes
     before: dict = field(default_factory=dict)
     committed: tuple | None = None  # (version, columns) of the run's row once a flush committed it
 
@@ -170,7 +171,8 @@ class RunWriter:
         transaction, so the write may carry the COMMIT (``sql.write_transaction``; outside any transaction
         block the one statement is a transaction of its own). ``guard``: the run
         came from ``RunSnapshots`` unlocked; False when the row or its workflow changed since, or the
-        cached API ``token`` to confirm did (nothing was written), else True."""
+        cached API ``token`` to confirm did, or one of the ``effect_moves`` found no effect to move (nothing
+        was written), else True."""
         self.run.updated_at = self.now
         changed = [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
         if not sql.available():  # the embedded SQLite demo: the plain ORM
@@ -185,11 +187,11 @@ class RunWriter:
                                 commit=commit)
         else:
             written = sql.events_and_run_write(self.events, self.run, changed, checkpoints=self.rows, commit=commit,
-                                               guard=guard, token=token)
+                                               guard=guard, token=token, effect_moves=self.effect_moves)
             if written is False:
                 return False
             self.committed = written
-        self.rows = []
+        self.rows, self.effect_moves = [], []
         self.events, self.before = [], {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
         return True
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ledger import services, sql
 from ledger.auth import token_revoke
-from ledger.models import LedgerEvent, Run, Workflow
+from ledger.models import Effect, LedgerEvent, Run, Workflow
 from ledger.services import writer
 from stateboard.bench.agentpath import statements_counted
 from stateboard.errors import Conflict, Invalid
@@ -248,6 +248,49 @@ def test_concurrent_appends_to_one_run_keep_one_chain(started):
     assert services.chain_verify(run=run)["ok"]
 
 
+@pytest.fixture
+def deploying():
+    """A run executing its effect stage: the claim's append (the locking path: it reads) was kept."""
+    wf = make_workflow(stages=["deploy", "report"], effect_stages=["deploy"], approval_stages=[])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=uuid.uuid4().hex, actor=AGENT)
+    _append(run.id, {"stage": "deploy", "kind": "started"})
+    return run.id, Effect.objects.get(run_id=run.id, stage="deploy")
+
+
+_REF = {"system": "git", "operation": "push", "reference": "abc123"}
+_EVIDENCE = [{"uri": "https://ci.example/abc123", "observed_at": "2026-12-02T10:00:00Z"}]
+
+
+def test_an_effects_move_is_made_by_the_snapshot_write_in_its_one_statement(deploying, guarded):
+    run_id, effect = deploying
+    with statements_counted() as counted:
+        succeeded, _ = _append(run_id, {"stage": "deploy", "kind": "succeeded", "effect": _REF})
+    assert (counted.round_trips, guarded) == (1, [True]), counted.messages
+    effect.refresh_from_db()
+    assert (effect.status, effect.reference, effect.last_seq) == ("effective", "abc123", succeeded.seq)
+    with statements_counted() as counted:
+        verified, _ = _append(run_id, {"stage": "deploy", "kind": "verified", "effect": _REF, "evidence": _EVIDENCE})
+    assert (counted.round_trips, guarded) == (1, [True, True]), counted.messages
+    effect.refresh_from_db()
+    run = Run.objects.get(id=run_id)
+    assert (effect.status, effect.last_seq, run.state) == ("verified", verified.seq, "checkpointed")
+    assert run.stage_states["deploy"]["status"] == "verified"
+    assert services.chain_verify(run=run)["ok"]
+
+
+def test_an_effect_that_is_not_there_to_move_stops_the_snapshot_write_and_the_locking_path_answers(deploying,
+                                                                                                     guarded):
+    run_id, effect = deploying
+    Effect.objects.filter(id=effect.id).update(status="verified")  # moved elsewhere; the run's row unchanged
+    before = _count(run_id)
+    with pytest.raises(Conflict) as refused:
+        _append(run_id, {"stage": "deploy", "kind": "succeeded", "effect": _REF})
+    assert "No claimed effect" in str(refused.value)
+    assert guarded == [False]  # the guard held, the move found nothing: nothing written
+    effect.refresh_from_db()
+    assert (effect.status, effect.reference, _count(run_id)) == ("verified", "", before)
+
+
 def test_over_http_the_snapshot_write_confirms_the_cached_token_and_a_revoked_one_is_refused(agent_run, guarded):
     client, run_id = agent_run
     token = client._credentials["HTTP_AUTHORIZATION"].split()[1]
@@ -274,7 +317,7 @@ STEPS = st.lists(st.tuples(st.sampled_from(["agent:snap"] * 4 + ["agent:other", 
 
 
 def _outcomes(wf, steps, *, snapshots: bool) -> tuple[list, list, dict]:
-    """Each step's outcome, the ledger and the run, with ``RunSnapshots`` on or off; "touch" is another
+    """Each step's outcome, the ledger and the run (its effects too), with ``RunSnapshots`` on or off; "touch" is another
     writer changing the run's row version."""
     run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=uuid.uuid4().hex, actor=AGENT)
     outcomes = []
@@ -288,6 +331,8 @@ def _outcomes(wf, steps, *, snapshots: bool) -> tuple[list, list, dict]:
         body = {"client_event_id": f"c{n}", "stage": stage, "kind": kind}
         if with_effect and kind in ("succeeded", "verified"):
             body["effect"] = {"system": "git", "operation": stage, "reference": "r1"}
+        if with_effect and kind == "verified":
+            body["evidence"] = _EVIDENCE
         try:
             event, created = _append(run.id, body, actor=actor)
             outcomes.append(("ok", event.seq, event.kind, created))
@@ -298,7 +343,8 @@ def _outcomes(wf, steps, *, snapshots: bool) -> tuple[list, list, dict]:
     ledger = [(e.seq, e.stage, e.kind, e.actor, e.data, e.reason_code, e.client_event_id, bool(e.idempotency_key))
               for e in LedgerEvent.objects.filter(run=run).order_by("seq")]
     state = {"state": run.state, "current_stage": run.current_stage, "lease_owner": run.lease_owner,
-             "stages": {s: v.get("status") for s, v in run.stage_states.items()}, "count": run.event_count}
+             "stages": {s: v.get("status") for s, v in run.stage_states.items()}, "count": run.event_count,
+             "effects": sorted((e.stage, e.status, e.reference, e.last_seq) for e in Effect.objects.filter(run=run))}
     return outcomes, ledger, state
 
 
