@@ -99,10 +99,13 @@ class _Append:
         entry.update(status=status, pointer=f"ledger:{self.run.id}/{event.seq}", digest=event.hash, **extra)
         self.run.stage_states = {**self.run.stage_states, self.stage: entry}
 
-    def _effects(self):
+    def _effects_where(self) -> dict:
         run = self.run
-        return Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
-                                     input_fingerprint=run.input_fingerprint, stage=self.stage)
+        return {"workflow_id": run.workflow_id, "intent": run.intent, "input_fingerprint": run.input_fingerprint,
+                "stage": self.stage}
+
+    def _effects(self):
+        return Effect.objects.filter(**self._effects_where())
 
     def effect_key(self) -> str | None:
         """The stage's effect: named by the agent, recorded when the run claimed it, or looked up."""
@@ -123,11 +126,11 @@ class _Append:
         if not key or target is None:
             return None
         changes = {"status": target, "last_seq": event.seq, "updated_at": self.writer.now, **(ref or {})}
-        moves = self._effects().filter(idempotency_key=key, status__in=sources)
+        move = sql.EffectMove({**self._effects_where(), "idempotency_key": key}, sources, changes)
         if sql.speculating():  # from a snapshot: its write moves the effect, or writes nothing if none moves
-            self.writer.effect_moves.append((moves, changes))
+            self.writer.effect_moves.append(move)
             return key
-        return key if moves.update(**changes) else None
+        return key if Effect.objects.filter(**move.where, status__in=move.sources).update(**changes) else None
 
     def after_pass(self, event: LedgerEvent) -> None:
         """A stage passed: server checkpoint, then completed when no stage is left."""

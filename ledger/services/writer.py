@@ -76,7 +76,7 @@ class RunWriter:
     now: datetime
     events: list[LedgerEvent] = field(default_factory=list)
     rows: list = field(default_factory=list)  # other rows written with the events (server checkpoints)
-    effect_moves: list = field(default_factory=list)  # (queryset, changes): UPDATEs the snapshot write makes
+    effect_moves: list = field(default_factory=list)  # sql.EffectMove: what a snapshot's write moves with it
     before: dict = field(default_factory=dict)
     committed: tuple | None = None  # (version, columns) of the run's row once a flush committed it
 
