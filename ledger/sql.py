@@ -18,6 +18,7 @@ from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.transaction import TransactionManagementError
 from psycopg.adapt import Transformer
 from psycopg.pq import TransactionStatus
 from psycopg.types.datetime import TimestamptzLoader
@@ -211,11 +212,15 @@ _speculating: contextvars.ContextVar = contextvars.ContextVar("stateboard_specul
 @contextlib.contextmanager
 def speculation():
     """Within it every statement, Django's and these alike, raises Speculative before it is sent: what is
-    computed here from a run snapshot read nothing and wrote nothing (``services.events``)."""
+    computed here from a run snapshot read nothing and wrote nothing (``services.events``). It runs outside
+    any transaction block, so a locking read (``select_for_update``) is refused by Django before it is
+    built: that too is a statement the rules wanted, and raises Speculative."""
     token = _speculating.set(True)
     try:
         with _db().execute_wrapper(_statement_refused):
             yield
+    except TransactionManagementError as exc:
+        raise Speculative(str(exc)) from exc
     finally:
         _speculating.reset(token)
 

@@ -202,7 +202,8 @@ class RunSnapshots:
     computed from a run built from the snapshot exactly as a locking read builds it, and written by one
     statement that locks the run and writes only if neither row changed since (``sql.events_and_run_write``'s
     guard): one round trip instead of a locking read and a write. Bounded, least recently used out; the rows
-    are immutable tuples, so threads share them."""
+    are immutable (a workflow row's one mutable part, its converted values, is set once to the same values by
+    whichever thread gets there first), so threads share them."""
 
     def __init__(self, size: int = 1024):
         self.size = size

@@ -14,10 +14,10 @@ from django.db import connection, connections
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import services, sql
+from ledger import rows, services, sql
 from ledger.auth import token_revoke
 from ledger.models import Effect, LedgerEvent, Run, Workflow
-from ledger.services import writer
+from ledger.services import events, writer
 from stateboard.bench.agentpath import statements_counted
 from stateboard.errors import Conflict, Invalid
 from tests.factories import make_workflow
@@ -87,14 +87,20 @@ def test_the_snapshot_write_is_a_transaction_of_its_own_committed_when_it_return
     assert _committed_count(run_id) == event.seq  # another connection sees it
 
 
-def test_the_workflow_row_is_converted_once_while_it_stays_unchanged(started):
+def test_the_workflow_row_is_converted_once_while_it_stays_unchanged(started, monkeypatch):
     wf, run_id = started
     _append(run_id, _proposed(n=1))
     first = writer.run_snapshots.take(uuid.UUID(str(run_id))).workflow
+    converted, python_values = [], rows.python_values
+    monkeypatch.setattr(rows, "python_values", lambda columns, values, db: converted.append(columns.attnames)
+                        or python_values(columns, values, db))
+    workflow_attnames = sql._run_read_statement(connection.vendor, True, False)[2].attnames
     for n in range(2, 5):
         _append(run_id, _proposed(n=n))
+    assert len(converted) == 3 and workflow_attnames not in converted  # the run's columns at each append; the
+    # workflow's were converted at the first append from the kept row (n=1), not again
     kept = writer.run_snapshots.take(uuid.UUID(str(run_id))).workflow
-    assert kept is first  # converted at the first append from it, not again
+    assert kept is first
     assert kept._python[_workflow_index("stages")] == ["build", "test"]
     Workflow.objects.filter(id=wf.id).update(stages=["build", "test", "ship"])
     _append(run_id, _proposed(n=5))  # the guard sees the new version: read again and kept anew
@@ -276,6 +282,29 @@ def test_an_effects_move_is_made_by_the_snapshot_write_in_its_one_statement(depl
     assert (effect.status, effect.last_seq, run.state) == ("verified", verified.seq, "checkpointed")
     assert run.stage_states["deploy"]["status"] == "verified"
     assert services.chain_verify(run=run)["ok"]
+
+
+def test_a_run_changed_elsewhere_leaves_the_effect_where_it_was_for_the_locking_path(deploying, guarded):
+    run_id, effect = deploying
+    succeeded, _ = _append(run_id, {"stage": "deploy", "kind": "succeeded", "effect": _REF})
+    with connection.cursor() as cursor:  # another writer: the kept version is out of date
+        cursor.execute("UPDATE ledger_run SET updated_at = updated_at WHERE id = %s", [run_id])
+    verified, _ = _append(run_id, {"stage": "deploy", "kind": "verified", "effect": _REF, "evidence": _EVIDENCE})
+    assert guarded == [True, False]  # the guard refused: had the move been made anyway, the locking path
+    effect.refresh_from_db()         # would have found nothing left to verify
+    assert (effect.status, effect.last_seq) == ("verified", verified.seq)
+
+
+def test_a_locking_read_the_rules_want_is_learnt_like_any_statement(guarded):
+    wf = make_workflow(stages=["build", "ship"], effect_stages=[], approval_stages=["ship"])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=uuid.uuid4().hex, actor=AGENT)
+    for kind in ("started", "succeeded"):
+        _append(run.id, {"stage": "build", "kind": kind})
+    events._READING.discard((wf.id, "ship", "started"))
+    with pytest.raises(Conflict):  # no approval yet: the locking path's answer
+        _append(run.id, {"stage": "ship", "kind": "started"})
+    assert (wf.id, "ship", "started") in events._READING  # the permit's SELECT ... FOR UPDATE: read, learnt
+    assert guarded == [True]  # build's succeeded; ship's start never reached a write from the snapshot
 
 
 def test_an_effect_that_is_not_there_to_move_stops_the_snapshot_write_and_the_locking_path_answers(deploying,
