@@ -214,7 +214,9 @@ def speculation():
     """Within it every statement, Django's and these alike, raises Speculative before it is sent: what is
     computed here from a run snapshot read nothing and wrote nothing (``services.events``). It runs outside
     any transaction block, so a locking read (``select_for_update``) is refused by Django before it is
-    built: that too is a statement the rules wanted, and raises Speculative."""
+    built: that too is a statement the rules wanted, and raises Speculative. (Outside a transaction block,
+    ``transaction.on_commit`` runs its callback at once: the rules register theirs after a statement, as
+    every one does today, so a speculation never gets that far.)"""
     token = _speculating.set(True)
     try:
         with _db().execute_wrapper(_statement_refused):
