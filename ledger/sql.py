@@ -375,15 +375,15 @@ def _run_update_statement(run: Run, changed: list[str], db, from_last: tuple[str
     return sql, [*rows.save_values(preps, [run], db), Run._meta.pk.get_db_prep_value(run.pk, db)]
 
 
-_GUARD = ("guard AS (SELECT r.id FROM {runs} r WHERE r.id = %s AND r.xmin = %s::xid AND EXISTS "
+_GUARD = ("{name} AS (SELECT r.id FROM {runs} r WHERE r.id = %s AND r.xmin = %s::xid AND EXISTS "
           "(SELECT 1 FROM {workflows} w WHERE w.id = %s AND w.xmin = %s::xid){token} FOR UPDATE OF r)")
 # The cached API token's group names, still those it was cached with (as sets), and not revoked.
 _GUARD_TOKEN = " AND EXISTS (SELECT 1 FROM (SELECT {groups} AS names) t WHERE t.names::text[] @> %s::text[] AND t.names::text[] <@ %s::text[])"
 
 
 @functools.cache
-def _guard_sql(vendor: str, token: bool) -> str:
-    return _GUARD.format(runs=_quote(Run._meta.db_table), workflows=_quote(Workflow._meta.db_table),
+def _guard_sql(vendor: str, token: bool, name: str = "guard") -> str:
+    return _GUARD.format(name=name, runs=_quote(Run._meta.db_table), workflows=_quote(Workflow._meta.db_table),
                          token=_GUARD_TOKEN.format(groups=token_sql.token_groups_column()) if token else "")
 
 
@@ -401,8 +401,7 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
     returns False when they did (nothing written). ``token``: a cached API token still to be confirmed
     (``token_sql.TokenConfirmation``): the guard also requires it unrevoked with the same roles, and a
     write confirms it. ``effect_moves`` (with a guard; at most one): an ``EffectMove``, made by the same
-    statement and required to move a row: if it finds none, nothing is written
-    (False)."""
+    statement after the run's guard and required to move a row: if it finds none, nothing is written (False)."""
     db = _db()
     if events and changed:
         last = events[-1]
@@ -411,7 +410,7 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
         guarded = guard is not None
         ctes, params = [], []
         if guarded:
-            ctes.append(_guard_sql(db.vendor, token is not None))
+            ctes.append(_guard_sql(db.vendor, token is not None, "run_guard" if effect_moves else "guard"))
             params += [Run._meta.pk.get_db_prep_value(run.pk, db), guard.version, run.workflow_id,
                        guard.workflow.version]
             if token is not None:
@@ -421,7 +420,6 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
                 if len(effect_moves) > 1:
                     raise Speculative()  # (one move's failure would not undo another's): the locking path
                 move_sql, move_params = _effect_move_statement(effect_moves[0], db)
-                ctes[0] = ctes[0].replace("guard AS (", "run_guard AS (", 1)
                 ctes += [f"moved AS ({move_sql} AND EXISTS (SELECT 1 FROM run_guard) RETURNING 1)",
                          "guard AS (SELECT id FROM run_guard WHERE EXISTS (SELECT 1 FROM moved))"]
                 params += move_params
