@@ -6,27 +6,24 @@ import pytest
 from django.contrib.auth.models import Group
 
 from ledger import auth
-from ledger.models import ApiToken, AuditEntry, Run
+from ledger.models import AuditEntry, Run
 from ledger.auth import token_revoke
 from stateboard.bench.agentpath import statements_counted
 from stateboard.roles import VIEWER
-from tests.factories import client_for, make_agent, make_operator, make_workflow
-from tests.ledger.helpers import comparable, fast_post
+from tests.factories import client_for, make_operator, make_workflow
+from tests.ledger.helpers import cached_agent, comparable, fast_post
 
 pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def agent():
     """(client, workflow, agent user) with the agent's token cached by one trigger (the full stack)."""
-    auth._cache.clear()
-    wf = make_workflow(stages=["build", "test"])
-    user, token = make_agent()
-    client = client_for(token)
-    response, answered = _trigger(client, {"workflow": wf.slug, "intent": "warm-up", "inputs": {}}, fast=False)
-    assert (response.status_code, answered) == (201, 0), response.content
-    assert ApiToken.objects.get(user=user).key_hash in auth._cache
-    yield client, wf, user
-    auth._cache.clear()
+    def warm_up(client, wf):
+        response, answered = _trigger(client, {"workflow": wf.slug, "intent": "warm-up", "inputs": {}}, fast=False)
+        assert (response.status_code, answered) == (201, 0), response.content
+
+    with cached_agent(warm_up) as agent:
+        yield agent
 
 
 def _trigger(client, body, *, fast: bool, **extra):

@@ -6,7 +6,6 @@ import uuid
 
 import psycopg
 import pytest
-from django.conf import settings
 from django.db import connection, transaction
 from psycopg import _connection_base
 
@@ -14,6 +13,7 @@ from ledger import services
 from ledger.models import LedgerEvent, Run
 from stateboard.errors import Conflict
 from tests.factories import make_workflow
+from tests.ledger.helpers import event_count_seen_elsewhere
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,14 +36,6 @@ def commands_sent():
         _connection_base.BaseConnection._exec_command = original
 
 
-def _event_count_seen_elsewhere(run_id) -> int:
-    """The run's event count as another connection sees it (what is committed)."""
-    db = settings.DATABASES["default"]
-    with psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"],
-                         password=db["PASSWORD"] or None, autocommit=True) as other:
-        return other.execute("SELECT event_count FROM ledger_run WHERE id = %s", [run_id]).fetchone()[0]
-
-
 def _body(kind="proposed", **extra):
     return {"client_event_id": uuid.uuid4().hex, "stage": "build", "kind": kind, **extra}
 
@@ -63,7 +55,7 @@ def test_a_plain_append_sends_no_begin_or_commit_of_its_own_and_is_committed_whe
         events, _ = services.events_append(run_id=run.id, bodies=[_body(), _body()], actor=ACTOR)
     assert created and [e.seq for e in events] == [event.seq + 1, event.seq + 2]
     assert sent == []
-    assert _event_count_seen_elsewhere(run.id) == event.seq + 2
+    assert event_count_seen_elsewhere(run.id) == event.seq + 2
     assert connection.connection.autocommit
     assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert services.chain_verify(run=Run.objects.get(id=run.id))["ok"]
@@ -76,7 +68,7 @@ def test_an_append_that_writes_more_after_its_events_commits_on_its_own(run):
             run_id=run.id, body=_body(evidence=[{"uri": "claim:missing", "observed_at": "2026-12-01T00:00:00Z"}]),
             actor=ACTOR)
     assert sent == [b"COMMIT"]
-    assert _event_count_seen_elsewhere(run.id) == event.seq
+    assert event_count_seen_elsewhere(run.id) == event.seq
 
 
 def test_a_refused_append_writes_nothing_and_the_connection_goes_on(run):
@@ -84,7 +76,7 @@ def test_a_refused_append_writes_nothing_and_the_connection_goes_on(run):
     with pytest.raises(Conflict) as refused:
         services.event_append(run_id=run.id, body=_body("succeeded", stage="ship"), actor=ACTOR)
     assert refused.value.code == "illegal_transition"
-    assert _event_count_seen_elsewhere(run.id) == before
+    assert event_count_seen_elsewhere(run.id) == before
     event, created = services.event_append(run_id=run.id, body=_body(), actor=ACTOR)
     assert created and event.seq == before + 1
 
@@ -103,7 +95,7 @@ def test_a_write_the_database_refuses_leaves_neither_the_event_nor_the_run_chang
             services.event_append(run_id=run.id, body=_body(data={"boom": 1}), actor=ACTOR)
         after = Run.objects.get(id=run.id)
         assert (after.event_count, after.last_hash) == (before.event_count, before.last_hash)
-        assert _event_count_seen_elsewhere(run.id) == before.event_count
+        assert event_count_seen_elsewhere(run.id) == before.event_count
         event, created = services.event_append(run_id=run.id, body=_body(), actor=ACTOR)
         assert created and event.seq == before.event_count + 1
     finally:
@@ -117,9 +109,9 @@ def test_an_append_inside_an_outer_transaction_leaves_the_commit_to_it(run):
     with transaction.atomic():
         event, _ = services.event_append(run_id=run.id, body=_body(), actor=ACTOR)
         services.events_append(run_id=run.id, bodies=[_body()], actor=ACTOR)
-        assert _event_count_seen_elsewhere(run.id) == before  # not committed by the append's own statement
+        assert event_count_seen_elsewhere(run.id) == before  # not committed by the append's own statement
         transaction.set_rollback(True)
-    assert _event_count_seen_elsewhere(run.id) == before
+    assert event_count_seen_elsewhere(run.id) == before
     assert not LedgerEvent.objects.filter(id=event.id).exists()
 
 
@@ -130,7 +122,7 @@ def test_a_new_trigger_commits_with_its_insert():
         run, created = services.run_trigger(workflow_slug=wf.slug, inputs={"n": 1}, intent="i-1", trigger_key="k-1",
                                             actor=ACTOR)
     assert created and sent == []
-    assert _event_count_seen_elsewhere(run.id) == run.event_count > 0
+    assert event_count_seen_elsewhere(run.id) == run.event_count > 0
 
 
 def test_a_trigger_whose_insert_the_database_refuses_looks_again_after_the_rollback():
@@ -150,7 +142,7 @@ def test_a_trigger_whose_insert_the_database_refuses_looks_again_after_the_rollb
         assert refused.value.code == "active_run_exists"
         assert not Run.objects.filter(workflow=wf).exists()
         run, created = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="calm", actor=ACTOR)
-        assert created and _event_count_seen_elsewhere(run.id) == run.event_count
+        assert created and event_count_seen_elsewhere(run.id) == run.event_count
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TRIGGER test_refuse_run ON ledger_run")

@@ -21,7 +21,7 @@ from ledger.services import events, writer
 from stateboard.bench.agentpath import statements_counted
 from stateboard.errors import Conflict, Invalid
 from tests.factories import make_workflow
-from tests.ledger.helpers import agent_run, fast_post  # noqa: F401 (agent_run: a fixture)
+from tests.ledger.helpers import agent_run, event_count_seen_elsewhere, fast_post  # noqa: F401 (agent_run: a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,7 +84,7 @@ def test_the_snapshot_write_is_a_transaction_of_its_own_committed_when_it_return
     assert guarded == [True, True]
     assert not re.search(r"\b(BEGIN|COMMIT)\b", counted.messages[0]), counted.messages[0][:200]
     assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    assert _committed_count(run_id) == event.seq  # another connection sees it
+    assert event_count_seen_elsewhere(run_id) == event.seq  # another connection sees it
 
 
 def test_the_workflow_row_is_converted_once_while_it_stays_unchanged(started, monkeypatch):
@@ -113,13 +113,6 @@ def test_the_workflow_row_is_converted_once_while_it_stays_unchanged(started, mo
 def _workflow_index(name: str) -> int:
     _, _, workflow_columns = sql._run_read_statement(connection.vendor, True, False)
     return workflow_columns.attnames.index(name)
-
-
-def _committed_count(run_id) -> int:
-    db = connection.settings_dict
-    with psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"],
-                         password=db["PASSWORD"] or None, autocommit=True) as other:
-        return other.execute("SELECT event_count FROM ledger_run WHERE id = %s", [run_id]).fetchone()[0]
 
 
 def _drive(wf, intent, snapshots: bool, monkeypatch) -> tuple[list, dict]:
