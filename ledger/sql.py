@@ -345,15 +345,17 @@ _LAST_EVENT = "last_event"
 
 @functools.cache
 def _run_update_sql(changed: tuple[str, ...], vendor: str, from_last: tuple[str, ...] = (),
-                    guarded: bool = False) -> tuple[str, tuple]:
+                    guarded: bool = False, merged: tuple[str, ...] = ()) -> tuple[str, tuple]:
     """UPDATE of the run's ``changed`` columns; those in ``from_last`` are taken from the last row of the
     ``inserted`` CTE (the statement's events), the others are parameters (with their ``rows.save_preps``);
-    ``guarded``: only if the ``guard`` CTE found the run."""
+    those in ``merged`` (JSON objects) are merged with the row's value (``||``: the parameter holds only the
+    keys that changed); ``guarded``: only if the ``guard`` CTE found the run."""
     fields = tuple(Run._meta.get_field(name) for name in changed if name not in from_last)
-    assignments = [f"{_quote(f.column)} = %s" for f in fields]
+    table = _quote(Run._meta.db_table)
+    assignments = [f"{_quote(f.column)} = {table}.{_quote(f.column)} || %s::jsonb" if f.name in merged
+                   else f"{_quote(f.column)} = %s" for f in fields]
     assignments += [f"{_quote(Run._meta.get_field(name).column)} = {_LAST_EVENT}.{_quote(_RUN_FROM_LAST_EVENT[name])}"
                     for name in from_last]
-    table = _quote(Run._meta.db_table)
     source = ""
     if from_last:
         columns = ", ".join(_quote(_RUN_FROM_LAST_EVENT[name]) for name in from_last)
@@ -370,9 +372,33 @@ def _returning_for(from_last: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _run_update_statement(run: Run, changed: list[str], db, from_last: tuple[str, ...] = (),
-                          guarded: bool = False) -> tuple[str, list]:
-    sql, preps = _run_update_sql(tuple(changed), db.vendor, from_last, guarded)
-    return sql, [*rows.save_values(preps, [run], db), Run._meta.pk.get_db_prep_value(run.pk, db)]
+                          guarded: bool = False, merges: dict | None = None) -> tuple[str, list]:
+    """``merges``: for a JSON column, the keys that changed (``json_merge``), sent in place of its value."""
+    sql, preps = _run_update_sql(tuple(changed), db.vendor, from_last, guarded, tuple(merges or ()))
+    values = rows.save_values(preps, [_Merged(run, merges) if merges else run], db)
+    return sql, [*values, Run._meta.pk.get_db_prep_value(run.pk, db)]
+
+
+class _Merged:
+    """The run's attributes, with the changed part in place of a merged JSON column's value."""
+
+    __slots__ = ("_run", "_merges")
+
+    def __init__(self, run: Run, merges: dict):
+        self._run, self._merges = run, merges
+
+    def __getattr__(self, name):
+        merges = self._merges
+        return merges[name] if name in merges else getattr(self._run, name)
+
+
+def json_merge(before, after) -> dict | None:
+    """The top-level keys of the JSON object ``after`` that are new or changed since ``before``: what
+    ``before || merge`` needs to give ``after``; None if that cannot give it (a key went away, not objects)."""
+    if type(before) is not dict or type(after) is not dict or not before.keys() <= after.keys():
+        return None
+    return {key: value for key, value in after.items()
+            if key not in before or (before[key] is not value and before[key] != value)}
 
 
 _GUARD = ("{name} AS (SELECT r.id FROM {runs} r WHERE r.id = %s AND r.xmin = %s::xid AND EXISTS "
@@ -389,7 +415,8 @@ def _guard_sql(vendor: str, token: bool, name: str = "guard") -> str:
 
 def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str], *,
                          checkpoints: list[Checkpoint] = (), commit: bool = False,
-                         guard: RunRow | None = None, token=None, effect_moves=()) -> tuple | None | bool:
+                         guard: RunRow | None = None, token=None, effect_moves=(),
+                         merges: dict | None = None) -> tuple | None | bool:
     """Insert the events (and server checkpoints) and UPDATE only the run's changed columns, so a plain
     append stays a HOT update. On PostgreSQL all of it is one statement (data-modifying CTEs): one
     round trip per append besides the locking read. ``commit``: nothing follows in the transaction, so
@@ -401,7 +428,10 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
     returns False when they did (nothing written). ``token``: a cached API token still to be confirmed
     (``token_sql.TokenConfirmation``): the guard also requires it unrevoked with the same roles, and a
     write confirms it. ``effect_moves`` (with a guard; at most one): an ``EffectMove``, made by the same
-    statement after the run's guard and required to move a row: if it finds none, nothing is written (False)."""
+    statement after the run's guard and required to move a row: if it finds none, nothing is written (False).
+    ``merges``: JSON columns among ``changed`` sent as their changed keys only (``json_merge``), merged with
+    the row's value by the statement: the run was locked or guarded, so the row holds the value they
+    changed (a run's ``stage_states`` grows to kilobytes; a stage's pass changes one entry)."""
     db = _db()
     if events and changed:
         last = events[-1]
@@ -434,7 +464,7 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
                                                                  guarded=guarded)
             ctes.append(f"checkpoints AS ({checkpoint_sql})")
             params += checkpoint_params
-        update_sql, update_params = _run_update_statement(run, changed, db, from_last, guarded)
+        update_sql, update_params = _run_update_statement(run, changed, db, from_last, guarded, merges)
         returning = "(SELECT array_agg(id) FROM inserted)" + (
             ", (SELECT array_agg(id) FROM checkpoints)" if checkpoints else "")
         returning += ", " + _run_row_returning(db.vendor)
@@ -458,7 +488,7 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
     rows_insert(LedgerEvent, events)
     rows_insert(Checkpoint, list(checkpoints))
     if changed:
-        sql, params = _run_update_statement(run, changed, db)
+        sql, params = _run_update_statement(run, changed, db, merges=merges)
         with _cursor(db=db) as cursor:
             _execute(cursor, sql, params, db=db)
     return None

@@ -187,13 +187,22 @@ class RunWriter:
                                 commit=commit)
         else:
             written = sql.events_and_run_write(self.events, self.run, changed, checkpoints=self.rows, commit=commit,
-                                               guard=guard, token=token, effect_moves=self.effect_moves)
+                                               guard=guard, token=token, effect_moves=self.effect_moves,
+                                               merges=self._merges(changed))
             if written is False:
                 return False
             self.committed = written
         self.rows, self.effect_moves = [], []
         self.events, self.before = [], {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
         return True
+
+
+    def _merges(self, changed: list[str]) -> dict | None:
+        """The run's ``stage_states`` as the stages it changed, when only some changed (``sql.json_merge``)."""
+        if "stage_states" not in changed:
+            return None
+        merge = sql.json_merge(self.before["stage_states"], self.run.stage_states)
+        return {"stage_states": merge} if merge is not None else None
 
 
 class RunSnapshots:

@@ -1,0 +1,76 @@
+"""A run's ``stage_states`` is written as the stages that changed, merged with the row's value by the
+statement (``sql.json_merge``, ``||``): a stage's pass sends one entry, not the run's every stage. Real
+PostgreSQL: the row read back holds what the writer computed."""
+
+import uuid
+
+import pytest
+from django.db import transaction
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ledger import services, sql
+from ledger.models import Run
+from ledger.services.writer import RunWriter, run_lock
+from stateboard.bench.agentpath import statements_counted
+from tests.factories import make_workflow
+
+AGENT = "agent:merge"
+
+_values = st.one_of(st.integers(0, 2), st.dictionaries(st.sampled_from("xy"), st.integers(0, 2), max_size=2))
+_objects = st.dictionaries(st.sampled_from(["build", "test", "deploy", "report"]), _values, max_size=4)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(_objects, _objects)
+def test_a_merge_gives_the_new_value_or_is_refused_when_a_key_went_away(before, after):
+    merge = sql.json_merge(before, after)
+    if not before.keys() <= after.keys():
+        assert merge is None
+        return
+    assert {**before, **merge} == after
+    assert all(key not in before or before[key] != value for key, value in merge.items())  # only what changed
+
+
+def test_not_objects_are_never_merged():
+    assert sql.json_merge([], {}) is None
+    assert sql.json_merge({}, None) is None
+
+
+def _append(run_id, stage, kind):
+    return services.event_append(run_id=run_id, body={"client_event_id": uuid.uuid4().hex, "stage": stage,
+                                                      "kind": kind}, actor=AGENT)[0]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("snapshots", [True, False], ids=["from a snapshot", "locking path"])
+def test_a_stage_start_sends_its_own_entry_and_the_row_holds_every_stage(snapshots, settings):
+    settings.APPEND_FROM_SNAPSHOT = snapshots  # (the fixture, not hypothesis's)
+    wf = make_workflow(stages=["build", "test", "report"])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=uuid.uuid4().hex, actor=AGENT)
+    _append(run.id, "build", "started")
+    passed = _append(run.id, "build", "succeeded")
+    with statements_counted() as counted:
+        started = _append(run.id, "test", "started")
+    written = [m for m in counted.messages if started.hash in m]  # the event, with the test stage's entry
+    assert len(written) == 1, counted.messages
+    assert passed.hash not in written[0]  # the build stage's entry stayed where it was
+    stored = Run.objects.get(id=run.id).stage_states
+    assert {stage: entry["status"] for stage, entry in stored.items()} == {"build": "succeeded", "test": "started"}
+    assert stored["build"]["digest"] == passed.hash
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stage_taken_away_writes_the_whole_value():
+    wf = make_workflow(stages=["build", "test"])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=uuid.uuid4().hex, actor=AGENT)
+    _append(run.id, "build", "started")
+    _append(run.id, "build", "succeeded")
+    _append(run.id, "test", "started")
+    with transaction.atomic():
+        locked = run_lock(run.id)
+        writer = RunWriter(locked, AGENT, locked.updated_at)
+        locked.stage_states = {"test": locked.stage_states["test"]}
+        writer.emit("proposed", "test", data={})
+        writer.flush()
+    assert set(Run.objects.get(id=run.id).stage_states) == {"test"}
