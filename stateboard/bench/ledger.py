@@ -41,7 +41,7 @@ TARGET_INTENTS = 3.0  # new triggers of 16 intents: the intent lock against the 
 TARGET_CHECKPOINT_MIN = 0.20
 TARGET_DECISION_P95_MS = 5.0
 TARGET_DECISION_GROWTH = 1.5
-TARGET_HTTP_APPEND = 0.15
+TARGET_HTTP_APPEND = 0.15  # a plain append through the HTTP API (as up serves it), 4 clients
 TARGET_BATCH = 5.0
 TARGET_DUPLICATE_P50_MS = 3.0
 TARGET_HTTP_P95_MS = 5.0  # one client's plain append over HTTP
@@ -196,7 +196,10 @@ def _http(report: Report, say: Out, *, db_name: str, reps: int, duration: float,
                        ("hplain_otherN", f"append, HTTP API, plain, served by {other}")):
         share = ratio(med[key], med["rawN"])
         report.figures[f"{key}_ratio"] = share
-        target = key != "hplain_otherN"  # the other server is the web tier's comparison, not a target
+        # The append is one event per call (the plain append); the stream, whose calls also pass
+        # stages (a transition event each, a server checkpoint at a pass), is shown for scale, as in the
+        # service layer; the other server is the web tier's comparison.
+        target = key in ("hplainN", "hplain_nopoolN")
         report.add(Row(f"{label}, {clients} clients", rate(med[key]), f"raw x{clients} {rate(med['rawN'])}",
                        f"{share:.3f}x", f">= {TARGET_HTTP_APPEND:.2f}x" if target else "(info)",
                        verdict(share >= TARGET_HTTP_APPEND) if target else ""))
