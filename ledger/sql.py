@@ -421,7 +421,8 @@ def events_and_run_write(events: list[LedgerEvent], run: Run, changed: list[str]
     append stays a HOT update. On PostgreSQL all of it is one statement (data-modifying CTEs): one
     round trip per append besides the locking read. ``commit``: nothing follows in the transaction, so
     the statement may carry its COMMIT (``write_transaction``). Returns the run row as written (its
-    version and its columns as a locking read returns them) when the statement committed, else None.
+    version and its columns as a locking read returns them, ``stage_states`` left NULL: the caller has
+    it) when the statement committed, else None.
 
     ``guard``: the run was not locked and read, but taken from ``RunSnapshots``; the statement locks the
     run and writes only if neither its row nor its workflow's changed since (their versions), and
@@ -575,7 +576,7 @@ def decision_latency_write(run_id, milliseconds: float) -> None:
 # The run's reads (``ledger.sql_runs``) and the reads sent together in one message (``ledger.sql_reads``),
 # named here as every caller knows them.
 from ledger.sql_runs import (RunRow, WorkflowRow, _run_read_statement, _run_row_returning,  # noqa: E402
-                             _run_with_workflow, run_by_trigger_key, run_lock_read)
+                             _run_with_workflow, run_by_trigger_key, run_lock_read, stage_states_copy)
 from ledger.sql_reads import (IntentLock, Rows, _Query, intent_advisory_lock, reads, select_models,  # noqa: E402
                               select_rows, statements_in)
 from ledger import token_sql  # noqa: E402  (it builds on the statements above)

@@ -39,28 +39,40 @@ class WorkflowRow:
 class RunRow:
     """A run's row as the database holds it, with its workflow's: the run's version (``xmin``) and its
     columns as a locking read returns them, not yet converted, and the workflow's ``WorkflowRow`` (what
-    ``RunSnapshots`` keeps)."""
+    ``RunSnapshots`` keeps). ``stage_states`` is kept as the writer's value (``stage_states_copy``); the
+    write returned its column empty (``_run_row_returning``)."""
 
     version: str
     values: tuple
     workflow: WorkflowRow
+    stage_states: dict
 
     def run(self) -> Run:
         """The run with its workflow, built as ``run_lock_read`` builds them (``inputs`` deferred)."""
         db = _db()
         _, run_columns, workflow_columns = _run_read_statement(db.vendor, True, False)
         run = rows.from_row(Run, run_columns, self.values, db)
+        run.stage_states = stage_states_copy(self.stage_states)
         run.workflow = rows.instance(Workflow, workflow_columns.attnames, self.workflow.python(workflow_columns, db))
         run.workflow_row = self.workflow
         return run
 
 
+def stage_states_copy(states: dict) -> dict:
+    """A run's ``stage_states`` with each stage's entry copied (an entry is one level of names: status,
+    pointer, digest, effect key), so the runs built from one kept row share none of it."""
+    return {stage: dict(entry) if type(entry) is dict else entry for stage, entry in states.items()}
+
+
 @functools.cache
 def _run_row_returning(vendor: str) -> str:
-    """The updated run's version and the columns a locking read returns, for a write's RETURNING."""
+    """The updated run's version and the columns a locking read returns, for a write's RETURNING; the run's
+    ``stage_states`` (kilobytes once a run has passed its stages) comes back NULL: the writer has it, and
+    ``RunRow`` keeps its value instead of decoding the column again at every append."""
     _, run_columns, _ = _run_read_statement(vendor, True, False)
     table = _quote(Run._meta.db_table)
-    return ", ".join([f"{table}.xmin::text", *(f"{table}.{_quote(f.column)}" for f, _ in run_columns)])
+    return ", ".join([f"{table}.xmin::text", *("NULL::jsonb" if f.name == "stage_states" else f"{table}.{_quote(f.column)}"
+                                                for f, _ in run_columns)])
 
 
 @functools.cache

@@ -225,7 +225,7 @@ class RunSnapshots:
             self.forget(run.pk)
             return
         version, values = committed
-        row = sql.RunRow(version, values, run.workflow_row)
+        row = sql.RunRow(version, values, run.workflow_row, sql.stage_states_copy(run.stage_states))
         with self._lock:
             self._rows[run.pk] = row
             self._rows.move_to_end(run.pk)

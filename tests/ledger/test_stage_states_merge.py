@@ -1,17 +1,18 @@
-"""A run's ``stage_states`` is written as the stages that changed, merged with the row's value by the
-statement (``sql.json_merge``, ``||``): a stage's pass sends one entry, not the run's every stage. Real
+"""A run's ``stage_states`` on the append path: written as the stages that changed, merged with the row's
+value by the statement (``sql.json_merge``, ``||``), so a stage's pass sends one entry, not the run's every
+stage; and not returned by the write, the kept row (``RunRow``) holding the writer's value. Real
 PostgreSQL: the row read back holds what the writer computed."""
 
 import uuid
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import services, sql
 from ledger.models import Run
-from ledger.services.writer import RunWriter, run_lock
+from ledger.services.writer import RunWriter, run_lock, run_snapshots
 from stateboard.bench.agentpath import statements_counted
 from tests.factories import make_workflow
 
@@ -74,3 +75,19 @@ def test_a_stage_taken_away_writes_the_whole_value():
         writer.emit("proposed", "test", data={})
         writer.flush()
     assert set(Run.objects.get(id=run.id).stage_states) == {"test"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_kept_row_holds_the_written_stages_and_each_run_built_from_it_its_own_copy():
+    wf = make_workflow(stages=["build", "test"])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=uuid.uuid4().hex, actor=AGENT)
+    _append(run.id, "build", "started")
+    _append(run.id, "build", "succeeded")
+    kept = run_snapshots.take(run.id)
+    _, run_columns, _ = sql._run_read_statement(connection.vendor, True, False)
+    assert kept.values[run_columns.attnames.index("stage_states")] is None  # not sent back by the write
+    assert kept.stage_states == Run.objects.get(id=run.id).stage_states
+    first, second = kept.run(), kept.run()
+    first.stage_states["build"]["status"] = "changed in place"
+    assert second.stage_states["build"]["status"] == kept.stage_states["build"]["status"] == "succeeded"
+    assert first.stage_states["build"] is not kept.stage_states["build"]
