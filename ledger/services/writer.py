@@ -196,7 +196,6 @@ class RunWriter:
         self.events, self.before = [], {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
         return True
 
-
     def _merges(self, changed: list[str]) -> dict | None:
         """The run's ``stage_states`` as the stages it changed, when only some changed (``sql.json_merge``)."""
         if "stage_states" not in changed:
