@@ -43,14 +43,19 @@ def _append(run_id, stage, kind):
                                                       "kind": kind}, actor=AGENT)[0]
 
 
+def _build_passed(stages: list[str]):
+    """A run of a workflow of ``stages`` whose first stage, build, passed; and build's ``succeeded``."""
+    wf = make_workflow(stages=stages)
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=uuid.uuid4().hex, actor=AGENT)
+    _append(run.id, "build", "started")
+    return run, _append(run.id, "build", "succeeded")
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("snapshots", [True, False], ids=["from a snapshot", "locking path"])
 def test_a_stage_start_sends_its_own_entry_and_the_row_holds_every_stage(snapshots, settings):
     settings.APPEND_FROM_SNAPSHOT = snapshots  # (the fixture, not hypothesis's)
-    wf = make_workflow(stages=["build", "test", "report"])
-    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=uuid.uuid4().hex, actor=AGENT)
-    _append(run.id, "build", "started")
-    passed = _append(run.id, "build", "succeeded")
+    run, passed = _build_passed(["build", "test", "report"])
     with statements_counted() as counted:
         started = _append(run.id, "test", "started")
     written = [m for m in counted.messages if started.hash in m]  # the event, with the test stage's entry
@@ -63,10 +68,7 @@ def test_a_stage_start_sends_its_own_entry_and_the_row_holds_every_stage(snapsho
 
 @pytest.mark.django_db(transaction=True)
 def test_a_stage_taken_away_writes_the_whole_value():
-    wf = make_workflow(stages=["build", "test"])
-    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=uuid.uuid4().hex, actor=AGENT)
-    _append(run.id, "build", "started")
-    _append(run.id, "build", "succeeded")
+    run, _ = _build_passed(["build", "test"])
     _append(run.id, "test", "started")
     with transaction.atomic():
         locked = run_lock(run.id)
@@ -79,10 +81,7 @@ def test_a_stage_taken_away_writes_the_whole_value():
 
 @pytest.mark.django_db(transaction=True)
 def test_the_kept_row_holds_the_written_stages_and_each_run_built_from_it_its_own_copy():
-    wf = make_workflow(stages=["build", "test"])
-    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=uuid.uuid4().hex, actor=AGENT)
-    _append(run.id, "build", "started")
-    _append(run.id, "build", "succeeded")
+    run, _ = _build_passed(["build", "test"])
     kept = run_snapshots.take(run.id)
     _, run_columns, _ = sql._run_read_statement(connection.vendor, True, False)
     assert kept.values[run_columns.attnames.index("stage_states")] is None  # not sent back by the write
