@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 from django.db import connection, transaction
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from ledger import services, sql
@@ -22,7 +23,7 @@ _values = st.one_of(st.integers(0, 2), st.dictionaries(st.sampled_from("xy"), st
 _objects = st.dictionaries(st.sampled_from(["build", "test", "deploy", "report"]), _values, max_size=4)
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow])
+@hypothesis_settings(suppress_health_check=[HealthCheck.too_slow])
 @given(_objects, _objects)
 def test_a_merge_gives_the_new_value_or_is_refused_when_a_key_went_away(before, after):
     merge = sql.json_merge(before, after)
@@ -54,7 +55,7 @@ def _build_passed(stages: list[str]):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("snapshots", [True, False], ids=["from a snapshot", "locking path"])
 def test_a_stage_start_sends_its_own_entry_and_the_row_holds_every_stage(snapshots, settings):
-    settings.APPEND_FROM_SNAPSHOT = snapshots  # (the fixture, not hypothesis's)
+    settings.APPEND_FROM_SNAPSHOT = snapshots
     run, passed = _build_passed(["build", "test", "report"])
     with statements_counted() as counted:
         started = _append(run.id, "test", "started")
