@@ -5,16 +5,15 @@ from urllib.parse import urlencode
 from django.utils import timezone
 from rest_framework import serializers, status
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from knowledge import authorizers, selectors, services
 from knowledge.models import Claim
 from knowledge.schema_components import (OPS, ClaimDetailSerializer, ClaimProposalSerializer, ClaimRefreshSerializer,
                                          ReconcileResultSerializer, ReconcileSerializer)
-from ledger.schema_components import operation, page_of
-from stateboard.errors import NotFound, Refused
-from stateboard.refusals import refusals
-from stateboard.roles import AGENT, ANY, OWNER
+from ledger.api.components import operation, page_of
+from stateboard.errors import NotFound
+from stateboard.policy import ANY, Policy, PolicyApi
+from stateboard.roles import AGENT, OWNER
 
 PAGE_SIZE, MAX_PAGE_SIZE = 100, 500
 
@@ -76,12 +75,20 @@ def _claims_data(claims: list[Claim], *, now=None) -> list[dict]:
     return ClaimOutput(claims, many=True, context={"now": now}).data
 
 
-class ClaimListProposeApi(APIView):
+def _key_of_path(request, kwargs) -> str:
+    return kwargs["key"]
+
+
+def _on_key(authorizer, action: str) -> Policy:
+    return Policy(roles=ANY, authorizer=authorizer, subject=_key_of_path, audit=action, audit_all=True)
+
+
+class ClaimListProposeApi(PolicyApi):
     """GET: current claims by scope and key (facts and leads, never tombstones).
     POST: propose a claim through the write gate."""
 
-    roles = {"GET": ANY, "POST": ANY}
-    authorizer = authorizers.may_propose
+    policy = {"GET": Policy(roles=ANY),
+              "POST": Policy(roles=ANY, authorizer=authorizers.may_propose, audit="claim_propose")}
 
     class FilterSerializer(serializers.Serializer):
         system = serializers.CharField(required=False, allow_blank=True)
@@ -117,19 +124,17 @@ class ClaimListProposeApi(APIView):
         return Response({"results": results, "next": next_url, "store_version": selectors.store_version()})
 
     @operation(OPS["claims_create"], request=ClaimProposalSerializer, responses={201: ClaimOutput})
-    @refusals("claim_propose", audit=(Refused,))
     def post(self, request):
-        authorizers.may_propose(request.user)
         if not isinstance(request.data, dict):
             raise serializers.ValidationError({"non_field_errors": ["A claim proposal is a JSON object."]})
         claim = services.claim_propose(user=request.user, data=dict(request.data))
         return Response(_claim_data(claim), status=status.HTTP_201_CREATED)
 
 
-class ClaimDetailApi(APIView):
+class ClaimDetailApi(PolicyApi):
     """A key's current version and its full history (newest first)."""
 
-    roles = {"GET": ANY}
+    policy = {"GET": Policy(roles=ANY)}
 
     @operation(OPS["claims_retrieve"], responses={200: ClaimDetailSerializer})
     def get(self, request, key: str):
@@ -159,38 +164,32 @@ class ClaimDetailApi(APIView):
         })
 
 
-class ClaimRefreshApi(APIView):
+class ClaimRefreshApi(PolicyApi):
     """A new version of a live claim with new evidence and dates (through the write gate)."""
 
-    roles = {"POST": ANY}
-    authorizer = authorizers.may_refresh
+    policy = {"POST": _on_key(authorizers.may_refresh, "claim_refresh")}
 
     @operation(OPS["claims_refresh_create"], request=ClaimRefreshSerializer, responses={200: ClaimOutput})
-    @refusals("claim_refresh")
     def post(self, request, key: str):
-        authorizers.may_refresh(request.user, key)
         if not isinstance(request.data, dict):
             raise serializers.ValidationError({"non_field_errors": ["The refresh is a JSON object."]})
         claim = services.claim_refresh(user=request.user, key=key, data=dict(request.data))
         return Response(_claim_data(claim))
 
 
-class ClaimAcceptApi(APIView):
+class ClaimAcceptApi(PolicyApi):
     """The pending version becomes active (a new version). Inferences: owner or editor;
     sensitive claims: owner; a revoked key: the claim's owner."""
 
-    roles = {"POST": ANY}
-    authorizer = authorizers.may_accept
+    policy = {"POST": _on_key(authorizers.may_accept, "claim_accept")}  # the service checks the chosen version
 
     class ClaimAcceptInputSerializer(serializers.Serializer):
         version = serializers.IntegerField(required=False, min_value=1)
 
     @operation(OPS["claims_accept_create"], request=ClaimAcceptInputSerializer, responses={200: ClaimOutput})
-    @refusals("claim_accept")
     def post(self, request, key: str):
         data = self.ClaimAcceptInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        authorizers.may_accept(request.user, key, data.validated_data.get("version"))
         claim = services.claim_accept(user=request.user, key=key, version=data.validated_data.get("version"))
         return Response(_claim_data(claim))
 
@@ -203,16 +202,13 @@ def _tombstone_api(action: str, rule, service, doc: str):
     """Invalidate and revoke: one body (a ``reason``) and one answer; each names its authorizer
     (``rule``), its service, and through ``action`` its operation and refusal code."""
 
-    class ClaimTombstoneApi(APIView):
+    class ClaimTombstoneApi(PolicyApi):
         __doc__ = doc
-        roles = {"POST": ANY}
-        authorizer = rule
+        policy = {"POST": _on_key(rule, f"claim_{action}")}
         InputSerializer = TombstoneInputSerializer
 
         @operation(OPS[f"claims_{action}_create"], request=InputSerializer, responses={200: ClaimOutput})
-        @refusals(f"claim_{action}")
         def post(self, request, key: str):
-            rule(request.user, key)
             data = self.InputSerializer(data=request.data)
             data.is_valid(raise_exception=True)
             claim = service(user=request.user, key=key, reason=data.validated_data.get("reason", ""))
@@ -230,10 +226,10 @@ ClaimRevokeApi = _tombstone_api(
     "Tombstone by the claim's owner alone (any owner-role user when it has none).")
 
 
-class KnowledgeReconcileApi(APIView):
+class KnowledgeReconcileApi(PolicyApi):
     """Merge a checkpoint's memory snapshot into the live store (a live value or a tombstone wins)."""
 
-    roles = {"POST": {AGENT, OWNER}}
+    policy = {"POST": Policy(roles={AGENT, OWNER})}
 
     class ReconcileInputSerializer(serializers.Serializer):
         entries = serializers.JSONField()

@@ -8,8 +8,8 @@ of ``knowledge.api.ClaimOutput`` without changing it.
 from rest_framework import serializers
 
 from knowledge.models import Confidence, Sensitivity, SourceType
-from ledger.schema import TypedOutputFields
-from ledger.schema_components import Op, named
+from ledger.api.openapi import TypedOutputFields
+from ledger.api.components import Op, named
 
 
 class ClaimScopeSerializer(serializers.Serializer):

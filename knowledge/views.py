@@ -11,7 +11,6 @@ the authorizers allow; the view asks them again and the service has the last wor
 from datetime import timedelta
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -22,8 +21,8 @@ from knowledge import authorizers, selectors, services
 from knowledge.forms import AcceptForm, RefreshForm, TombstoneForm
 from knowledge.models import ClaimReview
 from stateboard.errors import Invalid
-from stateboard.refusals import refusals
 from stateboard.roles import allowed
+from stateboard.policy import ANY, Policy, page
 
 ROWS_PER_SECTION = 200
 REFRESH_AFTER_DEFAULT = timedelta(days=30)
@@ -75,7 +74,7 @@ def _review_context(request) -> dict:
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def claim_review(request):
     """Pending versions, stale claims and claims flagged for review; htmx gets only the sections."""
     template = "knowledge/claim_review.html#claim-review" if request.htmx else "knowledge/claim_review.html"
@@ -83,7 +82,7 @@ def claim_review(request):
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def claim_list(request):
     """All current claims with search and scope filters, fact/lead badges and the runs citing them."""
     q = (request.GET.get("q") or "").strip()[:200]
@@ -102,7 +101,7 @@ def claim_list(request):
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def claim_history(request, key):
     """Every visible version of a claim, with who changed it, its gate rejections and open review flags."""
     detail = selectors.claim_detail(user=request.user, key=key)
@@ -136,16 +135,14 @@ def _claim_action(request, action: str, form_class, call):
 
 
 @require_POST
-@login_required
-@refusals("claim_accept", back="knowledge:claim_review")
+@page(Policy(roles=ANY, audit="claim_accept", audit_all=True), back="knowledge:claim_review")
 def claim_accept(request):
     return _claim_action(request, "accept", AcceptForm, lambda form: services.claim_accept(
         user=request.user, key=form.cleaned_data["key"], version=form.cleaned_data.get("version")))
 
 
 @require_POST
-@login_required
-@refusals("claim_refresh", back="knowledge:claim_review")
+@page(Policy(roles=ANY, audit="claim_refresh", audit_all=True), back="knowledge:claim_review")
 def claim_refresh(request):
     return _claim_action(request, "refresh", RefreshForm, lambda form: services.claim_refresh(
         user=request.user, key=form.cleaned_data["key"], data=form.refresh_data()))
@@ -155,8 +152,7 @@ def _tombstone_view(action: str, service):
     """Invalidate and revoke: the same form (a key and a required reason), each its own service."""
 
     @require_POST
-    @login_required
-    @refusals(f"claim_{action}", back="knowledge:claim_review")
+    @page(Policy(roles=ANY, audit=f"claim_{action}", audit_all=True), back="knowledge:claim_review")
     def view(request):
         return _claim_action(request, action, TombstoneForm, lambda form: service(
             user=request.user, key=form.cleaned_data["key"], reason=form.cleaned_data["reason"]))

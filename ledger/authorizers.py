@@ -1,8 +1,8 @@
 """Who may do what to which ledger object: one function per action, raising ``Refused(code, detail)``.
 
-The pages (``ledger/views/``), the API (``ledger/api.py``) and the services call these; a
-service calls its check again under its lock and has the last word. ``stateboard.refusals``
-records a refusal in the audit trail and answers it. The role vocabulary is ``stateboard.roles``.
+Endpoints name these in their policy (``stateboard.policy``), templates ask them through
+``{% may "<name>" subject as ok %}`` (``BY_NAME``), and a service calls its check again under its lock
+and has the last word. The role vocabulary is ``stateboard.roles``.
 """
 
 from ledger.models import Approval
@@ -70,3 +70,10 @@ def may_save_checkpoint(user, run=None) -> None:
 
 def may_edit_workflow(user, workflow=None) -> None:
     require_role(user, OWNER, detail="Only owners create or change workflows.")
+
+
+# What templates may ask by name (``{% may "retry" run as can_retry %}``), never a role name.
+BY_NAME = {
+    "decide": may_decide_approval, "retry": may_retry, "compensate": may_compensate, "abandon": may_abandon,
+    "rollback": may_rollback, "trigger": may_trigger, "edit_workflow": may_edit_workflow,
+}

@@ -72,6 +72,8 @@ class Workflow(models.Model):
     # {stage: {"handler": name, "config": {...}}}: effect stages Stateboard performs itself (SPEC §5.2).
     executors = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
     knowledge_scope = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
+    # The agents allowed to serve it (names; empty: every agent), SPEC §11.1.
+    agents = models.JSONField(default=list, blank=True, db_default=Value([], JSONField()))
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="workflows"
     )
@@ -333,6 +335,8 @@ class Checkpoint(models.Model):
     policy_version = models.CharField(max_length=100)
     env_fingerprint = models.CharField(max_length=500, blank=True)
     version_boundary = models.BigIntegerField(null=True, blank=True)
+    # ``system`` or ``agent:<name>`` (the lease holder who saved it); "" on rows older than the field.
+    saved_by = models.CharField(max_length=200, blank=True, default="", db_default="")
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField()
 

@@ -9,7 +9,6 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from knowledge.selectors import knowledge_metrics
-from ledger import sql
 from ledger.filters import OncallRunFilter, RunFilter, id_prefix_q
 from ledger.models import (HOLDING_STATES, STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
                            Notification, ReplayEval, Run, Workflow)
@@ -56,14 +55,17 @@ def intent_holding_runs(*, workflow, intent: str):
     return Run.objects.filter(workflow=workflow, intent=intent, state__in=INTENT_HOLDING_STATES, staged=False)
 
 
+def checkpoints_trusted():
+    """The checkpoints a decision may trust (SPEC §11.1): the server's, and those saved by the run's lease
+    holder (every agent save is; a row older than ``saved_by`` names no saver and is not trusted)."""
+    return Checkpoint.objects.exclude(source=Checkpoint.Source.AGENT, saved_by="")
+
+
 def checkpoint_latest(*, run):
-    """The latest checkpoint of the run's intent (one read through ``checkpoint_intent_latest``);
-    real runs never see a staged run's checkpoints, nor staged runs real ones (SPEC §10.3). An agent's
-    resume reads it after every save: one prepared statement (``sql.select_models``), not the ORM's
-    query building (about half the CPU of a save + load pair)."""
-    found = sql.select_models(Checkpoint, '"workflow_id" = %s AND "intent" = %s AND "staged" = %s',
-                              [run.workflow_id, run.intent, run.staged], order='"id" DESC', limit=1)
-    return found[0] if found else None
+    """The latest trusted checkpoint of the run's intent (``checkpoint_intent_latest``); real runs never
+    see a staged run's checkpoints, nor staged runs real ones (SPEC §10.3)."""
+    return (checkpoints_trusted().select_related("workflow")
+            .filter(workflow_id=run.workflow_id, intent=run.intent, staged=run.staged).order_by("-id").first())
 
 
 def approval_list(*, status: str | None = None):

@@ -1,7 +1,6 @@
 """The notifications page: the signed-in user's notifications, newest first, with mark-read forms
 (real POSTs that work without JavaScript; with htmx the row is swapped in place)."""
 
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -10,12 +9,13 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ledger import selectors, services
 from stateboard.errors import NotFound
+from stateboard.policy import ANY, Policy, page
 
 PER_PAGE = 50
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def notification_list(request):
     unread = request.GET.get("unread") == "1"
     page = Paginator(selectors.notifications_for(user=request.user, unread=unread), PER_PAGE).get_page(
@@ -24,7 +24,7 @@ def notification_list(request):
 
 
 @require_POST
-@login_required
+@page(Policy(roles=ANY))
 def notification_read(request, notification_id):
     try:
         notification = services.notification_read(notification_id=notification_id, user=request.user)

@@ -6,7 +6,6 @@ the run page includes it with ``{% include "ledger/partials/run_goal_rollback.ht
 """
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -15,8 +14,8 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger import authorizers, selectors, services
 from ledger.machine import ROLLBACK_STATES
 from ledger.models import LedgerEvent, Run
-from stateboard.refusals import refusals
 from stateboard.roles import allowed
+from stateboard.policy import ANY, Policy, page
 
 PARTIAL = "ledger/partials/run_goal_rollback.html"
 
@@ -47,7 +46,7 @@ def _run(run_id) -> Run:
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def run_goal_rollback(request, run_id):
     """The panel alone (htmx loads it; ``?to_stage=`` refreshes the rollback preview)."""
     run = _run(run_id)
@@ -60,8 +59,7 @@ def _run_page(request) -> str:
 
 
 @require_POST
-@login_required
-@refusals("rollback", back=_run_page)
+@page(Policy(roles=ANY, audit="rollback", audit_all=True), back=_run_page)
 def run_rollback(request, run_id):
     """Roll the run back (on-call, owner). Works without JS: redirect to the run page with a message."""
     run = _run(run_id)

@@ -1,12 +1,10 @@
 """The role vocabulary: who holds which role, and the checks the authorizers are built from.
 
 Humans hold roles as Django groups; agents are users in the ``agent`` group with an
-``ledger.Agent`` profile. API views declare ``roles = {"POST": {AGENT, EDITOR}, "GET": ANY}``; a
-view whose action an authorizer decides (``ledger/authorizers.py``, ``knowledge/authorizers.py``)
-declares ``ANY`` and names it (``authorizer = may_retry``), and the authorizer refuses.
+``ledger.Agent`` profile. Endpoints name the roles that may call them in their ``stateboard.policy.Policy``;
+an action an authorizer decides (``ledger/authorizers.py``, ``knowledge/authorizers.py``) is declared
+``ANY`` with that authorizer, which refuses.
 """
-
-from rest_framework.permissions import BasePermission
 
 from stateboard.errors import Refused
 
@@ -88,24 +86,6 @@ def acting_role(user, allowed: set[str] | frozenset[str]) -> str:
         if role in allowed and role in user_roles(user):
             return role
     return "none"
-
-
-class RolePermission(BasePermission):
-    """Checks ``view.roles[method]``; a view without a rule for the method is refused."""
-
-    message = "Your role may not do this."
-
-    def has_permission(self, request, view):
-        if request.method.lower() not in view.http_method_names or not hasattr(view, request.method.lower()):
-            return True  # let DRF answer 405 for a method the view does not serve
-        rule = getattr(view, "roles", {}).get(request.method)
-        if request.method in ("HEAD", "OPTIONS") and rule is None:
-            rule = getattr(view, "roles", {}).get("GET")
-        if rule == PUBLIC:
-            return True
-        if not request.user or not request.user.is_authenticated:
-            return False
-        return bool(rule) and has_role(request.user, *rule)
 
 
 def roles_context(request):

@@ -46,7 +46,6 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "stateboard.errors.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "ledger.fastpath.AgentFastPath",  # an agent's append and trigger, answered without the page stack (ledger/fastpath.py)
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -107,10 +106,6 @@ else:
         }
     }
 
-# The ledger's hot statements are PREPAREd once per connection (ledger/sql.py); turn it off behind a
-# pooler that does not keep a session's prepared statements (PgBouncer in transaction mode).
-DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
-
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -150,17 +145,13 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", str(1024 * 1024)))
 API_MAX_DEPTH = 64
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES + 1024
-# ``ledger.fastpath``: the agent's append in its common form skips the page middleware and DRF's cycle.
-API_FAST_PATH = env_bool("API_FAST_PATH", True)
-# An agent's next append to a run its process wrote last: one guarded statement (ledger.services.writer.RunSnapshots).
-APPEND_FROM_SNAPSHOT = env_bool("APPEND_FROM_SNAPSHOT", True)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "ledger.auth.HashedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["stateboard.roles.RolePermission"],
+    "DEFAULT_PERMISSION_CLASSES": [],  # every view is a stateboard.policy.PolicyApi: its policy is the permission
     "DEFAULT_PARSER_CLASSES": ["stateboard.errors.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "stateboard.errors.JSONFirstNegotiation",
@@ -189,13 +180,19 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "ENUM_NAME_OVERRIDES": {"TriggerEnum": "ledger.models.Trigger", "RunStateEnum": "ledger.models.RunState",
-                            "DecisionOutcomeEnum": "ledger.schema_components.DECISION_OUTCOMES",
+                            "DecisionOutcomeEnum": "ledger.api.components.DECISION_OUTCOMES",
                             "CheckpointSourceEnum": "ledger.models.Checkpoint.Source",
-                            "AgentEventKindEnum": "ledger.schema_components.AGENT_EVENT_KINDS"},
+                            "AgentEventKindEnum": "ledger.api.components.AGENT_EVENT_KINDS"},
 }
 
 # Celery: Redis in production; a file-system broker (no server) by default.
 REDIS_URL = os.environ.get("REDIS_URL", "")
+# The rate limits' counters (stateboard.policy): shared in Redis when there is one, else per process.
+CACHES = {"default": ({"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                       "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "stateboard")}
+                      if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"})}
+# Requests per identity class: "agent=600/minute,human=120/minute,anon=60/minute" (unset: no limit).
+API_RATE_LIMITS = os.environ.get("API_RATE_LIMITS", "")
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
 if CELERY_BROKER_URL == "filesystem://":
     _broker_dir = VAR_DIR / "broker"

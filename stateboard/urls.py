@@ -11,7 +11,7 @@ handler404 = "stateboard.errors.handler404"
 handler500 = "stateboard.errors.handler500"
 
 api_v1 = [
-    path("", include("ledger.urls_api")),
+    path("", include("ledger.api.urls")),
     path("", include("knowledge.urls_api")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),

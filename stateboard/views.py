@@ -2,11 +2,11 @@
 
 import functools
 
-from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
+from stateboard.policy import ANY, Policy, page
 
 
 def _database_ok() -> tuple[bool, str]:
@@ -90,7 +90,7 @@ def prometheus_metrics(request):
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def dashboard(request):
     """Home: runs by state, the pending approvals, the latest runs."""
     from ledger import selectors
@@ -111,7 +111,7 @@ def dashboard(request):
 
 
 @require_POST
-@login_required
+@page(Policy(roles=ANY))
 def time_mode(request):
     """How pages show times (UTC, browser-local, relative), kept in the session."""
     from django.shortcuts import redirect

@@ -15,3 +15,6 @@ CSRF_COOKIE_SECURE = False
 
 # One test database per pytest process, so parallel runs on one machine never clobber each other.
 DATABASES["default"]["TEST"] = {"NAME": f"test_stateboard_{os.getpid()}"}  # noqa: F405
+
+# The cache (rate limits' counters) is the shared Redis db: this process's keys are its own.
+CACHES["default"]["KEY_PREFIX"] = f"test{os.getpid()}"  # noqa: F405

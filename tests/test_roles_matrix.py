@@ -1,7 +1,7 @@
 """Role × endpoint matrix, generated from the URL conf: every API view under /api/v1/ (ledger,
 knowledge and whatever comes next) must state a rule for every method it implements, and the
-rule must hold for real tokens of every role. Views whose action an authorizer decides
-(``view.authorizer``) are checked role by role against it in tests/test_authorizers_matrix.py."""
+rule must hold for real tokens of every role. Views whose action an authorizer decides (the policy's
+``authorizer``) are checked role by role against it in tests/test_authorizers_matrix.py."""
 
 import uuid
 
@@ -9,7 +9,8 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.views import APIView
 
-from stateboard.roles import PUBLIC, RolePermission
+from stateboard.policy import PolicyApi, policy_of
+from stateboard.roles import PUBLIC
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.django_db
 
 API_PREFIX = "api/v1/"
 ROLES = ("viewer", "editor", "owner", "oncall", "agent", "anonymous")
-# Views that deliberately sit outside RolePermission (the OpenAPI schema and its docs are public).
+# Views that deliberately sit outside the policy pipeline (the OpenAPI schema and its docs are public).
 PUBLIC_VIEWS = {"drf_spectacular.views.SpectacularAPIView", "drf_spectacular.views.SpectacularSwaggerView"}
 SKIPPED_METHODS = {"options", "head"}
 AUTHORIZER_CODES = {"permission_denied", "not_claim_owner", "not_allowed_to_accept", "requester_cannot_decide"}
@@ -119,21 +120,21 @@ def test_roles_matrix_every_api_method_has_a_rule():
             continue
         if _qualname(cls) in PUBLIC_VIEWS:
             continue
-        if RolePermission not in cls.permission_classes:
-            missing.append(f"/{route}: {_qualname(cls)} does not use RolePermission")
-        rules = getattr(cls, "roles", None) or {}
+        if not issubclass(cls, PolicyApi):
+            missing.append(f"/{route}: {_qualname(cls)} is not a PolicyApi")
         for method in implemented_methods(cls):
-            if rules.get(method) is None:
-                missing.append(f"{method} /{route}: {_qualname(cls)}.roles has no rule")
+            if policy_of(cls, method) is None:
+                missing.append(f"{method} /{route}: {_qualname(cls)}.policy has no rule")
     assert not missing, "\n".join(missing)
 
 
-def _expected(rule, role: str, view_class) -> str:
+def _expected(policy, role: str) -> str:
+    rule = policy.roles
     if rule == PUBLIC:
         return "allowed"
     if role == "anonymous":
         return "401"
-    if getattr(view_class, "authorizer", None) is not None:
+    if policy.authorizer is not None:
         return "authorizer"  # the role verdict is the authorizer's (tests/test_authorizers_matrix.py)
     return "allowed" if role in rule else "403"
 
@@ -142,8 +143,8 @@ def _expected(rule, role: str, view_class) -> str:
                          ids=[f"{m} /{r}" for r, m, _ in role_endpoints()])
 def test_roles_matrix_endpoint_answers_by_role(route, method, view_class, clients, objects):
     """Each role is refused (401 anonymous, 403 not in the rule) or let through (any answer but 401/403/5xx)."""
-    rule = (getattr(view_class, "roles", None) or {}).get(method)
-    assert rule is not None, f"{method} /{route} has no rule"
+    policy = policy_of(view_class, method)
+    assert policy is not None, f"{method} /{route} has no rule"
     pattern = _pattern_for(route)
     urls = {_url(route, pattern, objects), _url(route, pattern, {})}  # real objects, then unknown/malformed ids
     outcomes = {}
@@ -151,7 +152,7 @@ def test_roles_matrix_endpoint_answers_by_role(route, method, view_class, client
         client = clients[role]
         call = getattr(client, method.lower())
         response = call(url, {}, format="json") if method in ("POST", "PUT", "PATCH") else call(url)
-        expected = _expected(rule, role, view_class)
+        expected = _expected(policy, role)
         outcomes[(url, role)] = (expected, response.status_code)
         if expected == "authorizer":
             assert response.status_code not in (401,) and response.status_code < 500, (method, url, role)

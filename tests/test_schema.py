@@ -14,7 +14,7 @@ from django.core.management import call_command
 from drf_spectacular.drainage import GENERATOR_STATS
 from drf_spectacular.generators import SchemaGenerator
 
-from ledger.schema_components import AGENT_EVENT_KINDS
+from ledger.api.components import AGENT_EVENT_KINDS
 from tests.factories import client_for, make_agent, make_workflow
 from tests.knowledge.conftest import proposal
 from tests.ledger.helpers import EVIDENCE, AgentDriver

@@ -20,8 +20,7 @@ from ledger.services.notifications import approval_notify, notification_read, no
 from ledger.services.oncall import compensation_plan, run_abandon, run_compensate, run_retry
 from ledger.services.outbox import outbox_put, outbox_relay
 from ledger.services.rollback import rollback_preview, run_rollback
-from ledger.services.runs import (holding_runs, recovery_input_gather, run_trigger, runs_expire_leases, schedule_tick,
-                                  workflow_read)
+from ledger.services.runs import holding_runs, recovery_input_gather, run_trigger, runs_expire_leases, schedule_tick
 from ledger.services.workflows import workflow_create, workflow_update, workflow_validate
 from ledger.services.writer import (GENESIS_HASH, RunWriter, chain_verify, effect_key_default, event_compute_hash,
                                     event_hash_fields, input_fingerprint)
@@ -33,7 +32,7 @@ __all__ = [
     "checkpoint_save", "checkpoint_validate", "checkpoints_prune", "compensation_plan", "effect_key_default",
     "escalation_raise", "event_append", "events_append", "event_compute_hash", "event_hash_fields", "goal_create",
     "goals_of", "input_fingerprint", "rollback_preview", "run_rollback",
-    "holding_runs", "workflow_read",
+    "holding_runs",
     "parse_moment", "permit_find", "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate",
     "approval_notify", "notification_read", "notifications_send",
     "run_retry", "run_trigger", "runs_expire_leases", "executor_run", "executor_sweep", "run_lease", "outbox_put",

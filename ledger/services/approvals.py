@@ -14,7 +14,7 @@ from ledger.services.escalations import escalation_raise
 from ledger.services.notifications import approval_notify
 from ledger.services.oncall import run_abandon, run_retry
 from ledger.services.outbox import EXECUTOR_TASK, outbox_put
-from ledger.services.writer import (EXECUTOR, RunWriter, illegal, run_lock, stage_status, workflow_and_run_lock,
+from ledger.services.writer import (EXECUTOR, RunWriter, illegal, lease_require, run_lock, stage_status, workflow_and_run_lock,
                                     workflow_spec)
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, Invalid, NotFound
@@ -63,6 +63,7 @@ def _approval_out(approval: Approval) -> dict:
 def approval_request(*, run_id, kind: str, stage: str, action, actor: str, user=None) -> tuple[Approval, bool]:
     """An agent asks for a human decision; a high-impact request puts the run in ``awaiting_approval``."""
     run = run_lock(run_id)
+    lease_require(run, actor)
     if run.staged:
         raise Conflict("staged_run", "A staged run performs nothing; its approval stages pass without a permit.")
     if kind not in (Approval.Kind.HIGH_IMPACT, Approval.Kind.COMPENSATION):

@@ -6,11 +6,11 @@ Each event is applied by ``events._event_apply``, the one home of the per-event 
 
 from __future__ import annotations
 
+from django.db import transaction
 from django.utils import timezone
 
-from ledger import sql
 from ledger.models import LedgerEvent, Run
-from ledger.services.events import _citations_record, _claim_uris, _client_event_id_check, _event_apply
+from ledger.services.events import _citations_record, _client_event_id_check, _event_apply
 from ledger.services.writer import RunWriter, run_lock
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, DomainError, Invalid
@@ -51,7 +51,7 @@ def events_append(*, run_id, bodies, actor: str) -> tuple[list[LedgerEvent], boo
         if client_event_id in seen:
             raise Invalid("validation_error", "Two events of the batch share a client_event_id.", index=index)
         seen.add(client_event_id)
-    with sql.write_transaction():
+    with transaction.atomic():
         result = _events_append(run_id=run_id, bodies=bodies, actor=actor)
     if isinstance(result, DomainError):
         raise result
@@ -98,6 +98,6 @@ def _events_append(*, run_id, bodies: list[dict], actor: str):
         if isinstance(event, Conflict):  # the lease expired: its move to failed commits, the batch does not
             return _indexed(event, index)
         events.append(event)
-    writer.flush(commit=not any(_claim_uris(event) for event in events))
+    writer.flush()
     _citations_record(writer, events)
     return events, True

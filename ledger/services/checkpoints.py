@@ -8,9 +8,9 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from ledger import recovery, sql
+from ledger import recovery
 from ledger.models import TERMINAL_STATES, Checkpoint, Run
-from ledger.services.writer import illegal, run_lock, run_read, run_spec, stage_status
+from ledger.services.writer import illegal, lease_require, run_lock, run_spec, stage_status
 from stateboard.canonical import canonical_json
 from stateboard.errors import Invalid
 from stateboard.moments import parse_moment
@@ -54,8 +54,8 @@ def server_checkpoint(run: Run, *, now: datetime) -> Checkpoint:
     return checkpoint_build(run, payload=payload, source=Checkpoint.Source.SERVER, now=now)
 
 
-def checkpoint_build(run: Run, *, payload: dict, source: str, now: datetime,
-                      expires_at: datetime | None = None, version_boundary: int | None = None) -> Checkpoint:
+def checkpoint_build(run: Run, *, payload: dict, source: str, now: datetime, saved_by: str = "system",
+                     expires_at: datetime | None = None, version_boundary: int | None = None) -> Checkpoint:
     """created_at and expires_at live in their columns (read back into the payload by the API)."""
     expires_at = expires_at or now + timedelta(seconds=run.workflow.checkpoint_ttl_seconds)
     if version_boundary is not None:
@@ -63,7 +63,7 @@ def checkpoint_build(run: Run, *, payload: dict, source: str, now: datetime,
     checkpoint = Checkpoint(
         workflow_id=run.workflow_id, intent=run.intent, run_id=run.id, source=source, payload=payload,
         staged=run.staged, input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
-        env_fingerprint=run.env_fingerprint, version_boundary=version_boundary,
+        env_fingerprint=run.env_fingerprint, version_boundary=version_boundary, saved_by=saved_by,
         created_at=now, expires_at=expires_at)
     return checkpoint
 
@@ -143,41 +143,25 @@ def checkpoint_validate(run: Run, payload: dict, *, now: datetime) -> tuple[dict
     return clean, expires_at
 
 
+@transaction.atomic
 def checkpoint_save(*, run_id, payload: dict, actor: str) -> Checkpoint:
-    """An agent's richer checkpoint (whitelisted, at most 64 KiB).
+    """An agent's richer checkpoint (whitelisted, at most 64 KiB), saved only by the run's lease holder
+    and recorded as saved by it (``saved_by``): the decision trusts no checkpoint another agent wrote.
 
-    Checkpoints are their own immutable layer (L3), not ledger events. On PostgreSQL the save is a
-    single statement that locks the run row (refusing a finished run) and takes ``created_at`` from
-    the database clock after the lock, so an intent's checkpoints stay in order without a transaction.
-    """
+    Checkpoints are their own immutable layer (L3), not ledger events; the run stays locked while one is
+    saved, so a finished run takes none and an intent's checkpoints stay in order."""
     if set(payload) == {"payload"} and isinstance(payload["payload"], dict):
         payload = payload["payload"]
-    run = run_read(run_id)
+    run = run_lock(run_id)
     if run.state in TERMINAL_STATES:
         raise illegal(run, f"The run is {run.state!r}; save checkpoints while it runs.")
+    lease_require(run, actor)
     now = timezone.now()
     clean, expires_at = checkpoint_validate(run, payload, now=now)
-    boundary = clean.get("version_boundary")
-    if not sql.available():
-        with transaction.atomic():
-            run = run_lock(run_id)
-            if run.state in TERMINAL_STATES:
-                raise illegal(run, f"The run is {run.state!r}; save checkpoints while it runs.")
-            checkpoint = checkpoint_build(run, payload=clean, source=Checkpoint.Source.AGENT, now=now,
-                                           expires_at=expires_at, version_boundary=boundary)
-            checkpoint.save(force_insert=True)
-            return checkpoint
-    checkpoint = Checkpoint(
-        workflow_id=run.workflow_id, intent=run.intent, run_id=run.id, source=Checkpoint.Source.AGENT,
-        payload=clean, staged=run.staged, input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
-        env_fingerprint=run.env_fingerprint, version_boundary=boundary, created_at=now,
-        expires_at=expires_at or now)
-    ttl = None if expires_at else run.workflow.checkpoint_ttl_seconds
-    if not sql.checkpoint_insert_if_running(checkpoint, ttl_seconds=ttl, terminal_states=sorted(TERMINAL_STATES)):
-        raise illegal(run, "The run finished while the checkpoint was being saved.")
+    checkpoint = checkpoint_build(run, payload=clean, source=Checkpoint.Source.AGENT, now=now, saved_by=actor,
+                                  expires_at=expires_at, version_boundary=clean.get("version_boundary"))
+    checkpoint.save(force_insert=True)
     return checkpoint
-
-
 
 
 def checkpoints_prune(*, now: datetime | None = None, batch_size: int = 1000, max_batches: int | None = None) -> int:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from knowledge import services as knowledge_services
-from ledger import effects, recovery, sql
+from ledger import effects, recovery
 from ledger.models import STAGE_OUTCOME_KINDS, TERMINAL_STATES, Approval, Effect, EventKind, LedgerEvent, Run
 from ledger.services.approvals import action_validate, permit_find, permit_spend
 from ledger.services.checkpoints import server_checkpoint
@@ -17,10 +17,12 @@ from ledger.services.goals import goal_catch_up
 from ledger.services.handoff import executor_handoff
 from ledger.services.rollback import compensation_done, compensation_scope
 from ledger.services.versions import stage_generation
-from ledger.services.writer import (EXECUTOR, RunWriter, effect_key_default, illegal, lease_fail, lease_lapse, run_lock,
-                                    run_snapshots, run_spec, run_uuid_of, stage_status)
+from ledger.store import store
+from ledger.services.writer import (EXECUTOR, RunWriter, effect_key_default, illegal, lease_fail, lease_lapse,
+                                    lease_require, run_lock,
+                                    run_spec, stage_status)
 from stateboard.canonical import canonical_json, digest
-from stateboard.errors import Conflict, Invalid, NotFound
+from stateboard.errors import Conflict, Invalid
 from stateboard.moments import parse_moment
 
 AGENT_KINDS = STAGE_OUTCOME_KINDS | {"corrected"}
@@ -126,11 +128,8 @@ class _Append:
         if not key or target is None:
             return None
         changes = {"status": target, "last_seq": event.seq, "updated_at": self.writer.now, **(ref or {})}
-        move = sql.EffectMove({**self._effects_where(), "idempotency_key": key}, sources, changes)
-        if sql.speculating():  # from a snapshot: its write moves the effect, or writes nothing if none moves
-            self.writer.effect_moves.append(move)
-            return key
-        return key if Effect.objects.filter(**move.where, status__in=move.sources).update(**changes) else None
+        moved = self._effects().filter(idempotency_key=key, status__in=sources).update(**changes)
+        return key if moved else None
 
     def after_pass(self, event: LedgerEvent) -> None:
         """A stage passed: server checkpoint, then completed when no stage is left."""
@@ -148,11 +147,7 @@ def _claim_effect(app: _Append, event: LedgerEvent) -> str:
     claim = Effect(idempotency_key=key, workflow_id=run.workflow_id, intent=run.intent,
                    input_fingerprint=run.input_fingerprint, stage=app.stage, run_id=run.id, status="attempted",
                    claimed_seq=event.seq, last_seq=event.seq, created_at=now, updated_at=now)
-    if sql.available():
-        if sql.rows_insert(Effect, [claim], skip_conflicts=True):
-            return key
-    elif not Effect.objects.filter(idempotency_key=key).exists():  # SQLite has one writer at a time
-        claim.save(force_insert=True)
+    if store().effect_insert(claim):
         return key
     existing = Effect.objects.select_for_update().get(idempotency_key=key)
     if effects.effect_next(existing.status, "started", run_state=run.state) is None:
@@ -351,86 +346,20 @@ def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
     then the transition. An event from the holder after its lease ran out is refused with 409
     ``lease_expired`` *after* the run's move to ``failed`` has committed — the one write a refused
     request makes."""
-    event = _event_append_from_snapshot(run_id=run_id, body=body, actor=actor)
-    if event is not None:
-        return event, True
-    with sql.write_transaction():
+    with transaction.atomic():
         result = _event_append(run_id=run_id, body=body, actor=actor)
     if isinstance(result, Conflict):
         raise result
     return result
 
 
-# (workflow id, stage, kind) of events whose rules read before they write (an effect's claim, an approval):
-# learnt from their first attempt, they go to the locking path at once.
-_READING: set = set()
-
-
-def _event_append_from_snapshot(*, run_id, body: dict, actor: str) -> LedgerEvent | None:
-    """The append in one round trip, when this process made the run's last write (``RunSnapshots``): the
-    event is computed from a copy of the run as committed then, exactly as from a locked read, and
-    written by one statement that locks the run and writes only if neither its row nor its workflow's
-    changed since. The computation may send no statement (``sql.speculation``): an append whose rules
-    read anything else (effects, approvals, goals, an earlier client_event_id), or that is refused, or
-    whose snapshot is out of date, returns None having written nothing, and takes the locking path,
-    which decides as always. A cached API token still to be confirmed is confirmed by the same statement
-    (the write requires it unrevoked, with the roles it was cached with)."""
-    if not settings.APPEND_FROM_SNAPSHOT or not sql.available() or not sql.outermost():
-        return None
-    try:
-        run_uuid = run_uuid_of(run_id)
-    except NotFound:
-        return None
-    snapshot = run_snapshots.take(run_uuid)
-    stage, kind = body.get("stage"), body.get("kind")
-    if snapshot is None or not isinstance(stage, str) or not isinstance(kind, str):
-        return None  # (a body without them is refused by the locking path)
-    reading = (snapshot.workflow.values[0], stage, kind)
-    if reading in _READING:
-        return None
-    run = snapshot.run()
-    written = None
-    try:
-        with sql.speculation():
-            _client_event_id_check(body.get("client_event_id"))
-            run.original_event_id = None
-            writer = RunWriter(run, actor, timezone.now())
-            event = _event_apply(writer, body, body_digest=digest(body))
-            if isinstance(event, Conflict) or _claim_uris(event):
-                raise sql.Speculative()
-        # One statement outside any transaction block: it is its own transaction (autocommit).
-        written = writer.flush(commit=True, guard=snapshot, token=sql.token_pending())
-        if not written:
-            raise sql.Speculative()
-    except Exception as exc:
-        if written:  # committed: anything after the write is the caller's to see
-            raise
-        if isinstance(exc, sql.Speculative) and exc.args:  # its rules read: this kind of event takes the lock
-            _READING.add(reading)
-        run_snapshots.forget(run_uuid)
-        return None
-    if writer.committed is not None:
-        run_snapshots.keep(run, writer.committed)
-    return event
-
-
 def _lease_check(run: Run, body: dict, actor: str, now, *, pending: bool = False) -> Conflict | None:
-    """Only the lease holder appends (SPEC §9.1); returns the refusal to raise once the expiry is written.
+    """Only the lease holder appends (SPEC §11.1); returns the refusal to raise once the expiry is written.
     ``pending``: earlier events of a batch are not flushed yet (the expiry is then refused without a write;
     it cannot happen, since the batch's first event renewed the lease at the same ``now``)."""
     if run.state in TERMINAL_STATES:
         return None
-    if actor == EXECUTOR or run.lease_owner == EXECUTOR:
-        if actor != run.lease_owner:
-            raise Conflict("lease_held", "The executor holds this run while it performs the stage.",
-                           holder=run.lease_owner)
-        return None
-    if not actor.startswith("agent:"):
-        return None
-    if run.queued_until is not None:
-        raise Conflict("not_leased", "This run is queued for an agent: lease it first (POST /api/v1/runs/lease/).")
-    if run.lease_owner and run.lease_owner != actor:
-        raise Conflict("lease_held", "Another agent holds this run's lease.", holder=run.lease_owner)
+    lease_require(run, actor)
     lease_id = body.get("lease_id")
     if lease_id is not None and str(lease_id) != str(run.lease_id or ""):
         raise Conflict("lease_held", "This event carries a lease that is not the run's current one.")
@@ -458,10 +387,10 @@ def _client_event_id_check(client_event_id) -> None:
 def _event_append(*, run_id, body: dict, actor: str):
     client_event_id = body.get("client_event_id")
     _client_event_id_check(client_event_id)
-    run = run_lock(run_id, client_event_id=client_event_id)
+    run = run_lock(run_id)
     body_digest = digest(body)
-    if client_event_id is not None and run.original_event_id is not None:
-        original = LedgerEvent.objects.get(id=run.original_event_id)
+    original = store().event_by_client_id(run.id, client_event_id) if client_event_id is not None else None
+    if original is not None:
         if original.body_digest == body_digest:
             return original, False
         raise Conflict("client_event_id_mismatch", "This client_event_id was used with a different body.",
@@ -470,10 +399,8 @@ def _event_append(*, run_id, body: dict, actor: str):
     event = _event_apply(writer, body, body_digest=body_digest)
     if isinstance(event, Conflict):
         return event
-    writer.flush(commit=not _claim_uris(event))
+    writer.flush()
     _citations_record(writer, [event])
-    if writer.committed is not None and settings.APPEND_FROM_SNAPSHOT:  # the next append may start from it
-        run_snapshots.keep(run, writer.committed)
     return event, True
 
 

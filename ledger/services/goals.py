@@ -17,8 +17,8 @@ from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, Goal, Run
 from ledger.services.escalations import escalation_raise
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
 from ledger.services.versions import goal_latest_version
-from ledger.services.writer import RunWriter, input_fingerprint, intent_lock
-from stateboard.errors import Invalid
+from ledger.services.writer import EXECUTOR, RunWriter, input_fingerprint, intent_lock
+from stateboard.errors import Conflict, Invalid
 from stateboard.roles import actor_for
 
 # States in which a run still owes the world something: it keeps its goal until they are over.
@@ -115,22 +115,28 @@ def goal_create(*, workflow_slug: str, intent, objective=None, constraints=None,
     if workflow is None:
         raise Invalid("unknown_workflow", f"No workflow with slug {workflow_slug!r}.")
     intent_lock(workflow.id, intent)  # serialises with the intent's triggers, on-call actions and other goals
+    now, actor = timezone.now(), actor_for(user)
+    alive = dead_leases_expire(workflow=workflow, intent=intent, now=now)
+    if actor.startswith("agent:"):
+        _goal_lease_check(alive, actor)
     previous = Goal.objects.filter(workflow=workflow, intent=intent).order_by("-version").first()
     if change == "amend" and previous is not None:
         objective = previous.objective if objective is None else objective
         constraints = previous.constraints + constraints
         acceptance = previous.acceptance + acceptance
-    now, actor = timezone.now(), actor_for(user)
     goal = Goal.objects.create(workflow=workflow, intent=intent, version=(previous.version + 1) if previous else 1,
                                objective=objective or "", constraints=constraints, acceptance=acceptance,
                                change=change, created_by=actor, created_at=now)
     moved, deferred = [], []
-    for run in dead_leases_expire(workflow=workflow, intent=intent, now=now):
+    for run in alive:
         if run.state not in HOLDING_STATES:
             continue
         writer = RunWriter(run, actor, now)
         if run.state in GOAL_CHANGE_STATES and not owes_the_world(run):
+            held_by_poster = _holder(run) == actor
             goal_move(writer, to_version=goal.version)
+            if held_by_poster and run.queued_until is not None:  # it stays the poster's, under a new lease id
+                writer.lease_grant(actor)
             moved.append(str(run.id))
         else:
             run.goal_outdated = True  # moved by goal_catch_up once its effects are settled
@@ -139,6 +145,22 @@ def goal_create(*, workflow_slug: str, intent, objective=None, constraints=None,
         if run.state == "escalated":
             escalation_raise(run, now=now)
     return goal, {"moved": moved, "deferred": deferred}
+
+
+def _holder(run: Run) -> str:
+    """The agent holding ``run``: its lease owner, or the agent the executor holds it for."""
+    if run.lease_owner == EXECUTOR:
+        return (run.executor_state or {}).get("agent", "")
+    return run.lease_owner if run.lease_owner.startswith("agent:") else ""
+
+
+def _goal_lease_check(runs: list[Run], actor: str) -> None:
+    """An agent's goal post is refused while a real run of the intent is held by another agent (SPEC §11.1)."""
+    for run in runs:
+        holder = _holder(run)
+        if holder and holder != actor and not run.staged:
+            raise Conflict("lease_held", "Another agent holds a run of this intent; it alone may change its goal.",
+                           holder=holder, run=str(run.id))
 
 
 def goals_of(*, workflow: Workflow, intent: str | None = None):

@@ -25,6 +25,9 @@ def run_lease_once(*, actor: str, workflows: list[str] | None = None) -> Run | N
                   .filter(queued_until__gt=now, state__in=HOLDING_STATES).order_by("queued_at", "id"))
         if workflows:
             queued = queued.filter(workflow__slug__in=workflows)
+        refused = workflows_refusing(actor)
+        if refused:  # a lease naming no workflow skips the runs of those that do not allow the caller
+            queued = queued.exclude(workflow_id__in=refused)
         run = queued.first()
         if run is None:
             return None
@@ -34,6 +37,13 @@ def run_lease_once(*, actor: str, workflows: list[str] | None = None) -> Run | N
                     data={"lease_id": str(run.lease_id), "expires_at": run.lease_expires_at.isoformat()})
         writer.flush()
     return run
+
+
+def workflows_refusing(actor: str) -> list[int]:
+    """Ids of the workflows whose ``agents`` allow-list does not name ``actor`` (``agent:<name>``)."""
+    name = actor.removeprefix("agent:")
+    return [workflow_id for workflow_id, agents in Workflow.objects.exclude(agents=[]).values_list("id", "agents")
+            if agents and name not in agents]
 
 
 def run_lease(*, actor: str, workflows=None, wait_seconds: int = 0) -> Run | None:

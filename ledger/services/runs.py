@@ -5,17 +5,18 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from knowledge.selectors import store_version as knowledge_store_version
-from ledger import recovery, selectors, sql
+from ledger import recovery, selectors
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, Trigger, Workflow
 from ledger.schedules import SLOT_FORMAT
 from ledger.services.escalations import escalation_raise
-from ledger.services.versions import goal_latest_rows
-from ledger.services.writer import RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock, workflow_spec
+from ledger.services.versions import goal_latest_version
+from ledger.services.writer import (RunWriter, input_fingerprint, intent_lock, lease_expired, lease_fail, run_lock,
+                                    workflow_spec)
 from stateboard.canonical import canonical_json
 from stateboard.errors import Conflict, Invalid
 
@@ -41,12 +42,14 @@ def _checkpoint_info(cp: Checkpoint | None, previous: Checkpoint | None, now: da
     )
 
 
-def _failed_runs_rows(*, workflow_id: int, intent: str, fingerprint: str) -> sql.Rows:
-    """Runs of this intent and fingerprint that failed or were retried (partial index
-    ``run_failed_or_retried``). A queued run no agent leased never ran: it does not count."""
-    return sql.Rows(Run, "workflow_id = %s AND intent = %s AND input_fingerprint = %s AND staged = %s "
-                         "AND ((state = 'failed' AND ended_reason <> 'not_leased') OR retried_at IS NOT NULL)",
-                    [workflow_id, intent, fingerprint, False], fields=("state", "ended_at", "retried_at"))
+def _failed_runs_rows(*, workflow_id: int, intent: str, fingerprint: str) -> list[tuple]:
+    """(state, ended_at, retried_at) of the runs of this intent and fingerprint that failed or were
+    retried (partial index ``run_failed_or_retried``). A queued run no agent leased never ran: it does
+    not count."""
+    failed = Q(state="failed") & ~Q(ended_reason="not_leased")
+    return list(Run.objects.filter(failed | Q(retried_at__isnull=False), workflow_id=workflow_id, intent=intent,
+                                   input_fingerprint=fingerprint, staged=False)
+                .values_list("state", "ended_at", "retried_at"))
 
 
 def _failed_runs_since_progress(rows: list[tuple], checkpoint: Checkpoint | None) -> int:
@@ -66,18 +69,13 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
     sent together (one round trip, and one more only when the latest checkpoint observed effects).
     Staged runs are invisible here: their checkpoints, failed runs and holding never count (they
     write no effects)."""
-    scope = "workflow_id = %s AND intent = %s"
-    real = scope + " AND staged = %s"
-    latest_two, same_fp_found, effect_rows, failed_rows = sql.reads(
-        sql.Rows(Checkpoint, real, [workflow.id, intent, False], order="id DESC", limit=2),
-        sql.Rows(Checkpoint, real + " AND input_fingerprint = %s", [workflow.id, intent, False, fingerprint],
-                 order="id DESC", limit=1),
-        sql.Rows(Effect, scope + " AND input_fingerprint = %s", [workflow.id, intent, fingerprint],
-                 fields=("idempotency_key", "stage", "status", "run")),
-        _failed_runs_rows(workflow_id=workflow.id, intent=intent, fingerprint=fingerprint),
-    )
+    real = selectors.checkpoints_trusted().filter(workflow_id=workflow.id, intent=intent, staged=False)
+    latest_two = list(real.order_by("-id")[:2])
+    same_fp = real.filter(input_fingerprint=fingerprint).order_by("-id").first()
+    effect_rows = (Effect.objects.filter(workflow_id=workflow.id, intent=intent, input_fingerprint=fingerprint)
+                   .values_list("idempotency_key", "stage", "status", "run_id"))
+    failed_rows = _failed_runs_rows(workflow_id=workflow.id, intent=intent, fingerprint=fingerprint)
     latest = latest_two[0] if latest_two else None
-    same_fp = same_fp_found[0] if same_fp_found else None
     effects = [recovery.EffectInfo(key=key, stage=stage, status=status, run_id=str(run_id))
                for key, stage, status, run_id in effect_rows]
     failed_count = _failed_runs_since_progress(failed_rows, same_fp)
@@ -87,8 +85,8 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
         observed = (latest.payload or {}).get("observed_effects") or []
         keys = [k for k in observed if isinstance(k, str)]
         if keys:
-            existing_keys = frozenset(key for (key,) in sql.select_rows(
-                Effect, ["idempotency_key"], f"idempotency_key IN ({', '.join(['%s'] * len(keys))})", keys))
+            existing_keys = frozenset(Effect.objects.filter(idempotency_key__in=keys)
+                                      .values_list("idempotency_key", flat=True))
         if latest.version_boundary is not None:
             store_version = knowledge_store_version()
     other_runs = [
@@ -110,32 +108,17 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
 
 
 
-def workflow_read(slug: str) -> Workflow | None:
-    """The workflow a trigger names (one prepared read on PostgreSQL)."""
-    found = sql.select_models(Workflow, "slug = %s", [slug], limit=1)
-    return found[0] if found else None
-
-
-def holding_runs_rows(*, workflow: Workflow, intent: str, lock: bool = False, exclude=None) -> sql.Rows:
-    """``selectors.intent_holding_runs`` as a trigger reads them (locked with ``lock``), by id."""
-    states = selectors.INTENT_HOLDING_STATES
-    where = f"workflow_id = %s AND intent = %s AND state IN ({', '.join(['%s'] * len(states))}) AND staged = %s"
-    params = [workflow.id, intent, *states, False]
-    if exclude is not None:
-        where, params = where + " AND id <> %s", [*params, Run._meta.pk.get_db_prep_value(exclude, connection)]
-    return sql.Rows(Run, where, params, order="id", lock=lock)
-
-
 def holding_runs(*, workflow: Workflow, intent: str, lock: bool = False, exclude=None) -> list[Run]:
-    """The runs of ``holding_runs_rows``, with their workflow; one prepared statement on PostgreSQL."""
-    return _with_workflow(sql.reads(holding_runs_rows(workflow=workflow, intent=intent, lock=lock,
-                                                      exclude=exclude))[0], workflow)
-
-
-def _with_workflow(runs: list[Run], workflow: Workflow) -> list[Run]:
-    for run in runs:
+    """``selectors.intent_holding_runs`` as a trigger reads them (locked with ``lock``), with their workflow."""
+    runs = selectors.intent_holding_runs(workflow=workflow, intent=intent).order_by("id")
+    if exclude is not None:
+        runs = runs.exclude(id=exclude)
+    if lock:
+        runs = runs.select_for_update()
+    found = list(runs)
+    for run in found:
         run.workflow = workflow
-    return runs
+    return found
 
 
 def dead_leases_expire(*, workflow: Workflow, intent: str, now: datetime, exclude=None,
@@ -203,20 +186,14 @@ def decision_apply(writer: RunWriter, inp: recovery.RecoveryInput, context: dict
 _UNREAD = object()
 
 
-def trigger_key_rows(*, workflow: Workflow, trigger_key: str) -> sql.Rows:
-    """The run a trigger key made in ``workflow`` (for ``sql.reads``, beside the intent lock's other reads)."""
-    return sql.Rows(Run, "workflow_id = %s AND trigger_key = %s", [workflow.id, trigger_key], limit=1)
-
-
 def _trigger_key_run(workflow_slug: str, *, trigger_key: str, intent: str, inputs, trigger: str,
                      staged: bool, existing=_UNREAD) -> Run | None:
     """The run (with its workflow, one read) this trigger key already made if it is the same trigger (same
     intent and inputs, and the same kind: staged or real), None if the key is unused; refused if it was
     used otherwise. ``existing``: that run (or None) already read, with its workflow."""
     if existing is _UNREAD:
-        existing = (sql.run_by_trigger_key(workflow_slug, trigger_key) if sql.available() else
-                    Run.objects.select_related("workflow").filter(workflow__slug=workflow_slug,
-                                                                  trigger_key=trigger_key).first())
+        existing = (Run.objects.select_related("workflow")
+                    .filter(workflow__slug=workflow_slug, trigger_key=trigger_key).first())
     if existing is not None and existing.intent == intent and existing.staged == staged \
             and canonical_json(existing.inputs) == canonical_json(inputs):
         return existing
@@ -245,7 +222,7 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
         if existing is not None:
             return existing, False
     try:
-        with sql.write_transaction():
+        with transaction.atomic():
             return _run_trigger_locked(workflow_slug=workflow_slug, inputs=inputs, intent=intent, trigger=trigger,
                                        trigger_key=trigger_key, env_fingerprint=env_fingerprint, actor=actor,
                                        staged=staged)
@@ -270,7 +247,7 @@ class _InsertRefused(Exception):
 
 def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigger: str, trigger_key: str | None,
                         env_fingerprint: str, actor: str, staged: bool) -> tuple[Run, bool]:
-    workflow = workflow_read(workflow_slug)
+    workflow = Workflow.objects.filter(slug=workflow_slug).first()
     if workflow is None:
         raise Invalid("unknown_workflow", f"No workflow with slug {workflow_slug!r}.")
     intent = intent or workflow.slug
@@ -278,21 +255,18 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
         raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")
     keyed = bool(trigger_key)
     trigger_key = trigger_key or f"{trigger}:{uuid.uuid4()}"
-    # One round trip: the intent's lock, then what its previous holder may have changed — its runs and, for a
-    # keyed trigger, the same trigger if it committed while this one waited for the intent.
-    reads = [sql.IntentLock(workflow.id, intent), goal_latest_rows(workflow_id=workflow.id, intent=intent),
-             holding_runs_rows(workflow=workflow, intent=intent, lock=True) if not staged else None,
-             trigger_key_rows(workflow=workflow, trigger_key=trigger_key) if keyed else None]
-    _, goals, *held = sql.reads(*(spec for spec in reads if spec is not None))
+    intent_lock(workflow.id, intent)  # then what its previous holder may have committed
     if keyed:
-        keyed_run = _with_workflow(held.pop(), workflow)
+        keyed_run = Run.objects.filter(workflow=workflow, trigger_key=trigger_key).first()
+        if keyed_run is not None:
+            keyed_run.workflow = workflow
         existing = _trigger_key_run(workflow.slug, trigger_key=trigger_key, intent=intent, inputs=inputs,
-                                    trigger=trigger, staged=staged, existing=keyed_run[0] if keyed_run else None)
+                                    trigger=trigger, staged=staged, existing=keyed_run)
         if existing is not None:
             return existing, False
 
     now = timezone.now()
-    goal_version = goals[0][0] if goals else None
+    goal_version = goal_latest_version(workflow_id=workflow.id, intent=intent)
     fingerprint = input_fingerprint(workflow_slug=workflow.slug, intent=intent, inputs=inputs,
                                     policy_version=workflow.policy_version, goal_version=goal_version)
     if staged:
@@ -301,7 +275,7 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
                                      reopened="staged")
         context = {"checkpoints": {}, "retry_count": 0}
     else:
-        others = dead_leases_expire(workflow=workflow, intent=intent, now=now, runs=_with_workflow(held[0], workflow))
+        others = dead_leases_expire(workflow=workflow, intent=intent, now=now, runs=holding_runs(workflow=workflow, intent=intent, lock=True))
         inp, context = recovery_input_gather(workflow=workflow, intent=intent, fingerprint=fingerprint,
                                              policy_version=workflow.policy_version,
                                              env_fingerprint=env_fingerprint, others=others, now=now)
@@ -313,7 +287,7 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
     decision = decision_apply(writer, inp, context, from_state="captured")
     escalated = decision.outcome == "escalated"
     try:
-        writer.flush(insert=True, commit=not escalated)
+        writer.flush(insert=True)
     except IntegrityError:
         raise _InsertRefused(workflow_slug=workflow.slug, intent=intent, trigger_key=trigger_key, keyed=keyed)
     if escalated:

@@ -9,28 +9,19 @@ from __future__ import annotations
 
 from django.db.models import F
 
-from ledger import sql
 from ledger.models import Goal, StageGeneration
-
-
-def goal_latest_rows(*, workflow_id: int, intent: str) -> sql.Rows:
-    """The read of the intent's latest goal version: one row ``(version,)``, none when it has none."""
-    return sql.Rows(Goal, "workflow_id = %s AND intent = %s", [workflow_id, intent], fields=("version",),
-                    order="version DESC", limit=1)
 
 
 def goal_latest_version(*, workflow_id: int, intent: str) -> int | None:
     """The intent's latest goal version, or None when it has none."""
-    rows = sql.reads(goal_latest_rows(workflow_id=workflow_id, intent=intent))[0]
-    return rows[0][0] if rows else None
+    return (Goal.objects.filter(workflow_id=workflow_id, intent=intent).order_by("-version")
+            .values_list("version", flat=True).first())
 
 
 def stage_generation(*, workflow_id: int, intent: str, fingerprint: str, stage: str) -> int:
     """Rollbacks and compensations of this intent and fingerprint that covered the stage (0 if none)."""
-    rows = sql.select_rows(StageGeneration, ["generation"],
-                           "workflow_id = %s AND intent = %s AND input_fingerprint = %s AND stage = %s",
-                           [workflow_id, intent, fingerprint, stage], limit=1)
-    return (rows[0][0] if rows else None) or 0
+    return (StageGeneration.objects.filter(workflow_id=workflow_id, intent=intent, input_fingerprint=fingerprint,
+                                           stage=stage).values_list("generation", flat=True).first()) or 0
 
 
 def generations_bump(*, workflow_id: int, intent: str, fingerprint: str, stages) -> None:

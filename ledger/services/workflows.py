@@ -19,7 +19,7 @@ from stateboard.errors import Conflict, Invalid, NotFound
 MAX_SECONDS = 31_536_000
 DURATIONS = ("checkpoint_ttl_seconds", "lease_seconds", "approval_ttl_seconds")
 POLICY_FIELDS = ("stages", "effect_stages", "approval_stages", "policy_version", "max_retries", *DURATIONS,
-                 "schedule", "schedule_intent", "schedule_inputs", "executors", "knowledge_scope")
+                 "schedule", "schedule_intent", "schedule_inputs", "executors", "knowledge_scope", "agents")
 WRITABLE = ("title", *POLICY_FIELDS)
 
 
@@ -84,6 +84,10 @@ def workflow_validate(workflow: Workflow) -> None:
             isinstance(v, str) for v in scope.values()):
         _refuse("knowledge_scope", "knowledge_scope must be an object {system?, task?} of strings.",
                 "invalid_knowledge_scope")
+    agents = workflow.agents
+    if not isinstance(agents, list) or not all(isinstance(a, str) and 0 < len(a) <= 150 for a in agents) \
+            or len(agents) > 1000:
+        _refuse("agents", "agents must be a list of agent names (empty: every agent).")
     _executors_validate(workflow.executors, workflow)
 
 

@@ -7,17 +7,16 @@ partial is ever written.
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 
-from ledger import machine, recovery, rows, sql
-from ledger.models import LEASED_STATES, TERMINAL_STATES, Checkpoint, EventKind, LedgerEvent, Run, Workflow
+from ledger import machine, recovery
+from ledger.store import store
+from ledger.models import LEASED_STATES, TERMINAL_STATES, EventKind, LedgerEvent, Run, Workflow
 from stateboard.canonical import canonical_json, digest, sha256_hex
 from stateboard.errors import Conflict, NotFound
 
@@ -76,9 +75,7 @@ class RunWriter:
     now: datetime
     events: list[LedgerEvent] = field(default_factory=list)
     rows: list = field(default_factory=list)  # other rows written with the events (server checkpoints)
-    effect_moves: list = field(default_factory=list)  # sql.EffectMove: what a snapshot's write moves with it
     before: dict = field(default_factory=dict)
-    committed: tuple | None = None  # (version, columns) of the run's row once a flush committed it
 
     def __post_init__(self):
         self.before = {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
@@ -86,7 +83,7 @@ class RunWriter:
     def emit(self, kind: str, stage: str = "", **fields) -> LedgerEvent:
         run = self.run
         fields.setdefault("actor", self.actor)
-        event = rows.model_new(LedgerEvent, dict(
+        event = LedgerEvent(**dict(
             run_id=run.id, seq=run.event_count + 1, at=self.now, stage=stage, kind=kind,
             input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
             env_fingerprint=run.env_fingerprint, prev_hash=run.last_hash or GENESIS_HASH, **fields,
@@ -160,87 +157,22 @@ class RunWriter:
         if run.state in TERMINAL_STATES or waiting_for_human or run.lease_owner == EXECUTOR \
                 or run.queued_until is not None:
             return
-        if run.lease_owner != self.actor or run.lease_id is None:
-            run.lease_owner, run.lease_id = self.actor, uuid.uuid4()
-        run.lease_expires_at = self.now + timedelta(seconds=run.workflow.lease_seconds)
-        run.queued_at = run.queued_until = None
-
-    def flush(self, *, insert: bool = False, commit: bool = False, guard: sql.RunRow | None = None,
-              token=None) -> bool:
-        """Write the collected events and row changes. ``commit``: nothing else is written in this
-        transaction, so the write may carry the COMMIT (``sql.write_transaction``; outside any transaction
-        block the one statement is a transaction of its own). ``guard``: the run
-        came from ``RunSnapshots`` unlocked; False when the row or its workflow changed since, or the
-        cached API ``token`` to confirm did, or one of the ``effect_moves`` found no effect to move (nothing
-        was written), else True."""
-        self.run.updated_at = self.now
-        changed = [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
-        if not sql.available():  # the embedded SQLite demo: the plain ORM
-            if insert:
-                self.run.save(force_insert=True)
-            LedgerEvent.objects.bulk_create(self.events)
-            Checkpoint.objects.bulk_create(self.rows)
-            if changed and not insert:
-                self.run.save(update_fields=changed)
-        elif insert:  # the new run, its first events and checkpoints: one statement
-            sql.rows_insert_all([(Run, [self.run]), (LedgerEvent, self.events), (Checkpoint, self.rows)],
-                                commit=commit)
-        else:
-            written = sql.events_and_run_write(self.events, self.run, changed, checkpoints=self.rows, commit=commit,
-                                               guard=guard, token=token, effect_moves=self.effect_moves,
-                                               merges=self._merges(changed))
-            if written is False:
-                return False
-            self.committed = written
-        self.rows, self.effect_moves = [], []
-        self.events, self.before = [], {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
-        return True
-
-    def _merges(self, changed: list[str]) -> dict | None:
-        """The run's ``stage_states`` as the stages it changed, when only some changed (``sql.json_merge``)."""
-        if "stage_states" not in changed:
-            return None
-        merge = sql.json_merge(self.before["stage_states"], self.run.stage_states)
-        return {"stage_states": merge} if merge is not None else None
-
-
-class RunSnapshots:
-    """The rows of the runs this process last appended to, as it committed them (returned by the write),
-    with their workflows' as read, and both rows' versions (``xmin``). The next append to one of them is
-    computed from a run built from the snapshot exactly as a locking read builds it, and written by one
-    statement that locks the run and writes only if neither row changed since (``sql.events_and_run_write``'s
-    guard): one round trip instead of a locking read and a write. Bounded, least recently used out; the rows
-    are immutable (a workflow row's one mutable part, its converted values, is set once to the same values by
-    whichever thread gets there first), so threads share them."""
-
-    def __init__(self, size: int = 1024):
-        self.size = size
-        self._rows: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def keep(self, run: Run, committed: tuple) -> None:
-        """Keep the row a write of ``run`` committed (a finished run is forgotten: it takes few appends)."""
-        if run.state in TERMINAL_STATES:
-            self.forget(run.pk)
+        if run.lease_owner != self.actor:  # writing never grants a lease (SPEC §11.1)
             return
-        version, values = committed
-        row = sql.RunRow(version, values, run.workflow_row, sql.stage_states_copy(run.stage_states))
-        with self._lock:
-            self._rows[run.pk] = row
-            self._rows.move_to_end(run.pk)
-            while len(self._rows) > self.size:
-                self._rows.popitem(last=False)
+        if run.lease_id is None:
+            run.lease_id = uuid.uuid4()
+        run.lease_expires_at = self.now + timedelta(seconds=run.workflow.lease_seconds)
 
-    def take(self, run_id: uuid.UUID) -> sql.RunRow | None:
-        with self._lock:
-            return self._rows.get(run_id)
-
-    def forget(self, run_id) -> None:
-        with self._lock:
-            self._rows.pop(run_id, None)
-
-
-run_snapshots = RunSnapshots()
+    def flush(self, *, insert: bool = False) -> None:
+        """Write the collected events and row changes (``insert``: the run is new)."""
+        self.run.updated_at = self.now
+        if insert:
+            store().run_insert(self.run, self.events, self.rows)
+        else:
+            changed = [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
+            store().run_write(self.run, changed, self.events, self.rows)
+        self.rows, self.events = [], []
+        self.before = {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
 
 
 def workflow_spec(workflow: Workflow) -> recovery.WorkflowSpec:
@@ -265,36 +197,11 @@ def run_uuid_of(run_id) -> uuid.UUID:
         raise NotFound("run_not_found", f"No run with id {run_id}.")
 
 
-def _run_orm_read(run_uuid: uuid.UUID, *, lock: bool) -> Run:
-    runs = Run.objects.select_related("workflow").defer("inputs")
-    run = (runs.select_for_update(of=("self",)) if lock else runs).filter(id=run_uuid).first()
+def run_lock(run_id) -> Run:
+    """Lock the run row and read it with its workflow (the ledger's hot path)."""
+    run = store().run_read(run_uuid_of(run_id), lock=True)
     if run is None:
-        raise NotFound("run_not_found", f"No run with id {run_uuid}.")
-    return run
-
-
-def run_lock(run_id, *, client_event_id: str | None = None) -> Run:
-    """Lock the run row and read it with its workflow (the ledger's hot path).
-
-    On PostgreSQL one statement also looks up an earlier event with ``client_event_id``
-    (``run.original_event_id``). Under READ COMMITTED its subqueries read the snapshot taken before
-    the lock wait, so when another writer appended meanwhile (the last seq seen is not the locked
-    row's ``event_count``) the lookup is repeated.
-    """
-    run_uuid = run_uuid_of(run_id)
-    if not sql.available():
-        run = _run_orm_read(run_uuid, lock=True)
-        snapshot_last_seq = None
-    else:
-        found = sql.run_lock_read(run_uuid, client_event_id)
-        if found is None:
-            raise NotFound("run_not_found", f"No run with id {run_id}.")
-        run, run.original_event_id, snapshot_last_seq = found
-    if client_event_id is not None and (snapshot_last_seq or 0) != run.event_count:
-        run.original_event_id = (LedgerEvent.objects.filter(run=run, client_event_id=client_event_id)
-                                 .values_list("id", flat=True).first())
-    elif client_event_id is None:
-        run.original_event_id = None
+        raise NotFound("run_not_found", f"No run with id {run_id}.")
     return run
 
 
@@ -304,13 +211,10 @@ def illegal(run: Run, detail: str):
 
 def run_read(run_id) -> Run:
     """The run with its workflow, without a lock."""
-    run_uuid = run_uuid_of(run_id)
-    if not sql.available():
-        return _run_orm_read(run_uuid, lock=False)
-    found = sql.run_lock_read(run_uuid, None, lock=False)
-    if found is None:
+    run = store().run_read(run_uuid_of(run_id), lock=False)
+    if run is None:
         raise NotFound("run_not_found", f"No run with id {run_id}.")
-    return found[0]
+    return run
 
 
 def lease_lapse(run: Run, now: datetime) -> str | None:
@@ -322,6 +226,26 @@ def lease_lapse(run: Run, now: datetime) -> str | None:
     if run.lease_expires_at is not None and run.lease_expires_at <= now:
         return "lease_expired"
     return None
+
+
+def lease_require(run: Run, actor: str) -> None:
+    """A run-scoped write by ``actor`` is accepted only from the run's lease holder (SPEC §11.1): another
+    agent (or the executor) holding it is 409 ``lease_held``; a queued run, or one nobody holds, 409
+    ``not_leased``. Only agents and the executor hold leases: people and the system are not checked here
+    (their writes have rules of their own)."""
+    if actor == EXECUTOR or run.lease_owner == EXECUTOR:
+        if actor != run.lease_owner:
+            raise Conflict("lease_held", "The executor holds this run while it performs the stage.",
+                           holder=run.lease_owner)
+        return
+    if not actor.startswith("agent:"):
+        return
+    if run.queued_until is not None:
+        raise Conflict("not_leased", "This run is queued for an agent: lease it first (POST /api/v1/runs/lease/).")
+    if not run.lease_owner:
+        raise Conflict("not_leased", "Nobody holds this run's lease: lease it first (POST /api/v1/runs/lease/).")
+    if run.lease_owner != actor:
+        raise Conflict("lease_held", "Another agent holds this run's lease.", holder=run.lease_owner)
 
 
 def lease_expired(run: Run, now: datetime) -> bool:
@@ -338,10 +262,8 @@ def lease_fail(writer: RunWriter) -> None:
 def intent_lock(workflow_id: int, intent: str) -> None:
     """Serialise this transaction with every other writer of the intent (triggers, on-call, approval
     decisions) and with nobody else. The lock order of every writer: the intent first, then run rows,
-    never an intent lock while holding a run row. PostgreSQL: an advisory transaction lock; SQLite
-    (the embedded demo) has one writer at a time, so nothing to do there."""
-    if sql.available():
-        sql.intent_advisory_lock(workflow_id, intent)
+    never an intent lock while holding a run row."""
+    store().intent_lock(workflow_id, intent)
 
 
 def workflow_and_run_lock(run_id) -> tuple[Workflow, Run]:

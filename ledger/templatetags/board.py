@@ -7,6 +7,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
+from ledger.authorizers import BY_NAME
+from stateboard.errors import Refused
 from stateboard.redact import redact as redact_text
 from stateboard.redact import redact_json as redact_json_text
 
@@ -23,6 +25,17 @@ def redact(value):
 @register.filter
 def redact_json(value):
     return redact_json_text(value)
+
+
+@register.simple_tag(takes_context=True)
+def may(context, action: str, subject=None) -> bool:
+    """Whether the signed-in user may do ``action`` (an authorizer of ``ledger.authorizers.BY_NAME``) on
+    ``subject``: pages show only the buttons the same rule lets through."""
+    try:
+        BY_NAME[action](context["request"].user, subject)
+    except Refused:
+        return False
+    return True
 
 
 @register.simple_tag(takes_context=True)

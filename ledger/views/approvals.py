@@ -2,7 +2,6 @@
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -13,7 +12,7 @@ from ledger import authorizers, selectors, services
 from ledger.forms import ReasonForm, RequiredReasonForm
 from ledger.models import Approval
 from ledger.views.common import evidence_view, form_checked, inputs_diff
-from stateboard.refusals import approval_subject, refusals
+from stateboard.policy import ANY, Policy, page
 
 HISTORY_ROWS = 50
 
@@ -55,7 +54,7 @@ def inbox_context(request) -> dict:
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def approval_list(request):
     """Pending requests with their evidence, and decided history; htmx (poll, filters) gets the sections."""
     if request.htmx:
@@ -86,14 +85,12 @@ def _approval_decide(request, approval_id, *, approve: bool):
 
 
 @require_POST
-@login_required
-@refusals("approve", subject=approval_subject, back="ledger:approval_list")
+@page(Policy(roles=ANY, audit="approve", audit_all=True), back="ledger:approval_list")
 def approval_approve(request, approval_id):
     return _approval_decide(request, approval_id, approve=True)
 
 
 @require_POST
-@login_required
-@refusals("reject", subject=approval_subject, back="ledger:approval_list")
+@page(Policy(roles=ANY, audit="reject", audit_all=True), back="ledger:approval_list")
 def approval_reject(request, approval_id):
     return _approval_decide(request, approval_id, approve=False)

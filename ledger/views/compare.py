@@ -2,12 +2,12 @@
 
 import uuid
 
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from ledger import selectors
 from ledger.views.common import inputs_diff
+from stateboard.policy import ANY, Policy, page
 
 DECISION_FIELDS = ("outcome", "reason_code", "resume_from", "prior_run", "checkpoint", "failed_assertions",
                    "reset_stages", "verify_effects")
@@ -50,7 +50,7 @@ def compare_context(a, b) -> dict:
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def run_compare(request):
     """``/runs/compare/?a=<id>&b=<id>``: what changed between two runs."""
     ids = [_uuid(request.GET.get("a", "")), _uuid(request.GET.get("b", ""))]

@@ -2,7 +2,6 @@
 with a preview of what each would do before it is done."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -14,7 +13,8 @@ from ledger.forms import BulkActionForm, PreviewForm, ReasonForm, RequiredReason
 from ledger.models import Run
 from ledger.views.common import form_checked, safe_next
 from stateboard.errors import DomainError
-from stateboard.refusals import refusal_record, refusals
+from stateboard import policy
+from stateboard.policy import ANY, Policy, page
 
 WAITS_FOR_AGENT = ("fresh", "resume", "verify_only")
 
@@ -34,7 +34,7 @@ def _oncall_context(request, params) -> dict:
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def oncall(request):
     """Failed, escalated and awaiting-compensation runs; on-call may retry, compensate or abandon."""
     template = "ledger/oncall.html#oncall-table" if request.htmx else "ledger/oncall.html"
@@ -42,8 +42,7 @@ def oncall(request):
 
 
 @require_GET
-@login_required
-@refusals("preview", back="ledger:oncall", audit=())  # a preview is a read: answered, not audited
+@page(Policy(roles=ANY), back="ledger:oncall")
 def oncall_preview(request):
     """What the action would do to each selected run (the retry decision, effects verified vs executed)."""
     form = form_checked(PreviewForm(request.GET))
@@ -105,8 +104,7 @@ def _oncall_view(action: str):
     """Retry, compensate and abandon one run: one view, each action with its own refusal code."""
 
     @require_POST
-    @login_required
-    @refusals(action, back=_oncall_back)
+    @page(Policy(roles=ANY, audit=action, audit_all=True), back=_oncall_back)
     def view(request, run_id):
         return _oncall_action(request, run_id, action)
 
@@ -120,11 +118,12 @@ run_abandon = _oncall_view("abandon")
 
 
 @require_POST
-@login_required
+@page(Policy(roles=ANY))
 def oncall_bulk(request):
     """One POST for the selected runs of the filtered set; each run is decided on its own."""
     action = request.POST.get("action", "")[:40] or "bulk"
-    return refusals(f"bulk_{action}", back=_oncall_back)(_oncall_bulk)(request, action)
+    bulk = Policy(roles=ANY, rate=None, audit=f"bulk_{action}", audit_all=True)  # (counted by the outer policy)
+    return page(bulk, back=_oncall_back)(_oncall_bulk)(request, action=action)
 
 
 def _oncall_bulk(request, action: str):
@@ -144,8 +143,8 @@ def _oncall_bulk(request, action: str):
             _run_action(run_id, action=action, user=request.user, reason=reason)
             done.append(run)
         except DomainError as exc:
-            refusal_record(request.user, action=action, code=exc.code, run_id=run_id, target=str(run_id),
-                           reason=reason)
+            policy.refusal_recorder(request.user, action=action, code=exc.code, request=request,
+                                    kwargs={"run_id": run_id})
             refused.append((f"{run.workflow.slug} · {run.intent}", exc.detail))
     summary = f"{action.title()}: {len(done)} done, {len(refused)} refused."
     if action == "retry" and done:

@@ -1,15 +1,15 @@
 """/reports/: SPEC §7 metrics per workflow over 24 h / 7 d / 30 d, as server-rendered SVG charts."""
 
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from ledger import reports as report_data
 from ledger import selectors
+from stateboard.policy import ANY, Policy, page
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def reports(request):
     window = request.GET.get("window", "7d")
     if window not in report_data.WINDOWS:

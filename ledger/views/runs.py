@@ -1,7 +1,6 @@
 """Runs list (filters, search, saved views), id-prefix redirect and the live run page."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -14,6 +13,7 @@ from ledger.models import Run, SavedView
 from ledger.views.common import evidence_view, form_error_text
 from stateboard.redact import redact_json
 from stateboard.roles import actor_for, is_agent
+from stateboard.policy import ANY, Policy, page
 
 RUNS_PER_PAGE = 50
 EVENTS_PER_PAGE = 50
@@ -33,7 +33,7 @@ def _unknown_filters(form) -> list[str]:
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def run_list(request):
     """Runs with filters and ``?q=`` search; htmx (filter changes and the 5 s poll) gets only the table."""
     run_filter = selectors.runs_filtered(request.GET)
@@ -50,7 +50,7 @@ def run_list(request):
 
 
 @require_POST
-@login_required
+@page(Policy(roles=ANY))
 def saved_view_create(request):
     """Save the current filters under a name the whole team sees (same name: replaced)."""
     form = SavedViewForm(request.POST)
@@ -67,7 +67,7 @@ def saved_view_create(request):
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def run_prefix(request, prefix):
     """``/runs/<prefix>/``: a unique id prefix (≥ 4 hex digits) redirects to the run."""
     found = selectors.run_by_prefix(prefix=prefix)
@@ -135,7 +135,7 @@ def run_page_context(run: Run, *, before: int | None = None, from_seq: int | Non
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def run_detail(request, run_id):
     """Run page. While the run is not terminal one htmx poll re-renders every panel (``#run-live``);
     ``?before=<seq>`` is the next page of older events (a fragment with htmx, the page without)."""

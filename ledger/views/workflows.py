@@ -2,7 +2,6 @@
 
 from datetime import datetime, timedelta, timezone as dt_timezone
 
-from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Max
 from django.http import Http404
 from django.shortcuts import render
@@ -10,6 +9,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from ledger import selectors
+from stateboard.policy import ANY, Policy, page
 
 
 def next_ticks(schedule: str, *, now=None, count: int = 5) -> list:
@@ -50,7 +50,7 @@ def executor_names(workflow) -> list[str]:
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def workflow_list(request):
     """Every workflow with its run count and latest run."""
     workflows = (selectors.workflow_list()
@@ -60,7 +60,7 @@ def workflow_list(request):
 
 
 @require_GET
-@login_required
+@page(Policy(roles=ANY))
 def workflow_detail(request, slug):
     workflow = selectors.workflow_list().filter(slug=slug).first()
     if workflow is None:

@@ -19,7 +19,7 @@ def decision_read_path(workflow_slug: str, intent: str, inputs: dict, env: str =
 
     from ledger import recovery, services
 
-    workflow = services.workflow_read(workflow_slug)
+    workflow = __import__('ledger.models').models.Workflow.objects.get(slug=workflow_slug)
     fp = services.input_fingerprint(workflow_slug=workflow.slug, intent=intent, inputs=inputs,
                                     policy_version=workflow.policy_version)
     others = services.holding_runs(workflow=workflow, intent=intent)

@@ -310,7 +310,7 @@ def test_claim_views_declare_roles_for_every_method():
     assert len(views) == 7
     for view in views:
         served = {m.upper() for m in view.http_method_names if hasattr(view, m) and m not in ("options", "head")}
-        assert served and served <= set(view.roles), view
+        assert served and served <= set(view.policy), view
 
 
 def test_reconcile_refuses_an_over_long_key_without_writing():

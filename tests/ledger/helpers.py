@@ -1,14 +1,9 @@
 """Drive runs through the API the way an agent does."""
 
-import contextlib
 import itertools
-import json
 import threading
 
-import psycopg
-import pytest
 from django.db import connection
-from django.test import override_settings
 from django.utils import timezone
 
 from tests.factories import client_for, make_agent, make_workflow
@@ -107,64 +102,3 @@ def raised(results) -> list[Exception]:
 
 def now():
     return timezone.now()
-
-
-def fast_post(client, path: str, body, *, fast: bool, **extra):
-    """(response, requests ``ledger.fastpath`` answered) for a JSON POST with the fast path on or off."""
-    from django.test import override_settings
-
-    from ledger.fastpath import AgentFastPath
-
-    before = AgentFastPath.answered
-    with override_settings(API_FAST_PATH=fast):
-        response = client.post(path, json.dumps(body), content_type="application/json", **extra)
-    return response, AgentFastPath.answered - before
-
-
-def comparable(response):
-    """Status, bytes and headers of an answer, but its Date."""
-    headers = {name: value for name, value in response.headers.items() if name != "Date"}
-    return response.status_code, response.content, headers
-
-
-
-@contextlib.contextmanager
-def cached_agent(warm_up):
-    """(client, workflow, agent user) whose token the auth cache holds after ``warm_up(client, workflow)``, one
-    request through the full stack; the cache is emptied before and after."""
-    from ledger import auth
-    from ledger.models import ApiToken
-
-    auth._cache.clear()
-    wf = make_workflow(stages=["build", "test"])
-    user, token = make_agent()
-    client = client_for(token)
-    warm_up(client, wf)
-    assert ApiToken.objects.get(user=user).key_hash in auth._cache
-    try:
-        yield client, wf, user
-    finally:
-        auth._cache.clear()
-
-
-@pytest.fixture
-def agent_run():
-    """(client, run id) with the agent's token cached by one append (through the full stack)."""
-    started = {}
-
-    def warm_up(client, wf):
-        driver = AgentDriver(client, wf.slug)
-        started["run"] = driver.trigger()["id"]
-        with override_settings(API_FAST_PATH=False):
-            driver.event(started["run"], "build", "started")
-
-    with cached_agent(warm_up) as (client, _, _):
-        yield client, started["run"]
-
-
-def event_count_seen_elsewhere(run_id) -> int:
-    """The run's event count as another connection sees it (what is committed)."""
-    db = connection.settings_dict
-    with psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"],
-                         password=db["PASSWORD"] or None, autocommit=True) as other:
-        return other.execute("SELECT event_count FROM ledger_run WHERE id = %s", [run_id]).fetchone()[0]

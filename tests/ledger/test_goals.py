@@ -2,7 +2,7 @@
 
 import pytest
 
-from ledger.models import Approval, Effect, LedgerEvent, Run
+from ledger.models import Approval, Effect, Goal, LedgerEvent, Run
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import EVIDENCE, AgentDriver
 
@@ -194,22 +194,46 @@ def test_oncall_retry_decides_under_the_latest_goal():
 
 
 def test_goal_change_queues_the_moved_run_for_any_agent_and_fences_the_old_lease():
-    """A run moved by a goal change (here one set by another agent) is queued, not leased to the goal's
-    author nor kept by its old holder: the old lease is refused, and the next agent's lease is a new one."""
+    """A run moved by an owner's goal change is queued, not kept by its old holder: the old lease is
+    refused, and the next agent's lease is a new one."""
     team = Team()
     run = team.agent.trigger()
     old_lease = Run.objects.get(id=run["id"]).lease_id
     team.agent.pass_stage(run["id"], "build")
-    _, author_token = make_agent()
-    author = AgentDriver(client_for(author_token), team.wf.slug)
-    assert team.goal(client=author.client, objective="set by another agent")["moved"] == [run["id"]]
+    _, other_token = make_agent()
+    other = AgentDriver(client_for(other_token), team.wf.slug)
+    assert team.goal(objective="set by the owner")["moved"] == [run["id"]]
     moved = Run.objects.get(id=run["id"])
     assert moved.state == "fresh" and moved.lease_owner == "" and moved.lease_id is None
     assert moved.queued_at is not None and moved.queued_until is not None
     stale = team.agent.event(run["id"], "build", "started", lease_id=str(old_lease), expect=409)
     assert stale["code"] == "not_leased"
-    leased = author.lease()
+    leased = other.lease()
     assert leased["id"] == run["id"] and leased["lease"]["owner"].startswith("agent:")
     assert Run.objects.get(id=run["id"]).lease_id not in (None, old_lease)
     assert team.agent.event(run["id"], "build", "started", expect=409)["code"] == "lease_held"
-    author.pass_stage(run["id"], "build")
+    other.pass_stage(run["id"], "build")
+
+
+def test_an_agent_may_not_change_the_goal_of_a_run_another_agent_holds():
+    """SPEC §11.1: another agent's goal post is 409 lease_held and changes nothing (no takeover)."""
+    team = Team()
+    run = team.agent.trigger()
+    _, other_token = make_agent()
+    refused = team.goal(client=client_for(other_token), objective="takeover", expect=409)
+    assert refused["code"] == "lease_held"
+    assert Run.objects.get(id=run["id"]).lease_owner == run["lease"]["owner"]
+    assert Goal.objects.filter(workflow=team.wf).count() == 0
+
+
+def test_a_run_the_posting_agent_holds_stays_its_own_under_a_new_lease_id():
+    """The holder's own goal post moves its run and keeps it leased to it, under a new lease id."""
+    team = Team()
+    run = team.agent.trigger()
+    team.agent.pass_stage(run["id"], "build")
+    old = Run.objects.get(id=run["id"])
+    assert team.goal(client=team.agent.client, objective="mine")["moved"] == [run["id"]]
+    moved = Run.objects.get(id=run["id"])
+    assert moved.lease_owner == old.lease_owner and moved.lease_id not in (None, old.lease_id)
+    assert moved.queued_until is None
+    team.agent.pass_stage(run["id"], "build")

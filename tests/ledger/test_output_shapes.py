@@ -1,4 +1,4 @@
-"""The hot paths build their answers directly (``ledger.api.run_body`` / ``event_body``); they must equal
+"""The hot paths build their answers directly (``ledger.api.shapes.run_body`` / ``event_body``); they must equal
 what DRF's ModelSerializer makes of the declared fields, for runs in every shape an answer can take."""
 
 import json
@@ -9,7 +9,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from ledger import services
-from ledger.api import EventOutputSerializer, RunOutputSerializer, event_body, run_body
+from ledger.api.shapes import EventOutputSerializer, RunOutputSerializer, event_body, run_body
 from ledger.models import LedgerEvent, Run
 from tests.factories import make_workflow
 

@@ -88,7 +88,7 @@ def test_event_body_renders_exactly_like_the_serializer():
 
     from rest_framework.renderers import JSONRenderer
 
-    from ledger.api import EventOutputSerializer, event_body
+    from ledger.api.shapes import EventOutputSerializer, event_body
     from ledger.models import LedgerEvent
 
     wf = make_workflow(approval_stages=[])

@@ -1,18 +1,17 @@
-"""API of SPEC §10: goal versions of an intent, and rollback of a run to a stage."""
+"""``/workflows/{slug}/goals/``: goal versions of an intent (SPEC §10.1)."""
 
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from ledger import authorizers, services
-from ledger.api import RunOutputSerializer, _body, _get_run, _validated, run_body
+from ledger import services
+from ledger.api.common import agents_of_slug, body_of
+from ledger.api.components import operation, page_of
+from ledger.api.operations import OPS
 from ledger.models import Goal, Workflow
-from ledger.schema_components import operation, page_of
-from ledger.schema_operations import OPS
 from stateboard.errors import Invalid, NotFound
-from stateboard.refusals import refusals
-from stateboard.roles import AGENT, ANY, EDITOR, OWNER
+from stateboard.policy import ANY, Policy, PolicyApi
+from stateboard.roles import AGENT, EDITOR, OWNER
 
 
 class GoalOutputSerializer(serializers.ModelSerializer):
@@ -27,8 +26,11 @@ class GoalOutputSerializer(serializers.ModelSerializer):
 GOAL_FIELDS = ("intent", "objective", "constraints", "acceptance", "change")
 
 
-class GoalListCreateApi(APIView):
-    roles = {"GET": ANY, "POST": {OWNER, EDITOR, AGENT}}
+
+class GoalListCreateApi(PolicyApi):
+    policy = {"GET": Policy(roles=ANY),
+              "POST": Policy(roles={OWNER, EDITOR, AGENT}, agents=agents_of_slug, audit="goal_create",
+                             audit_all=True)}
 
     def _workflow(self, slug) -> Workflow:
         workflow = Workflow.objects.filter(slug=slug).first()
@@ -51,7 +53,7 @@ class GoalListCreateApi(APIView):
         responses={201: GoalOutputSerializer})
     def post(self, request, slug):
         self._workflow(slug)
-        body = _body(request)
+        body = body_of(request)
         unknown = sorted(set(body) - set(GOAL_FIELDS))
         if unknown:
             raise Invalid("validation_error", f"Unknown fields: {', '.join(unknown)}.", fields=unknown)
@@ -61,24 +63,3 @@ class GoalListCreateApi(APIView):
             change=body.get("change", "amend"), user=request.user)
         return Response({**GoalOutputSerializer(goal).data, **moves}, status=status.HTTP_201_CREATED)
 
-
-class RollbackInputSerializer(serializers.Serializer):
-    to_stage = serializers.CharField(max_length=100)
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
-    compensate = serializers.BooleanField(required=False, default=False)
-
-
-class RunRollbackApi(APIView):
-    """On-call or an owner rolls a finished run back to a stage; a refusal is audited."""
-
-    roles = {"POST": ANY}
-    authorizer = authorizers.may_rollback
-
-    @operation(OPS["runs_rollback_create"], request=RollbackInputSerializer, responses={200: RunOutputSerializer})
-    @refusals("rollback")
-    def post(self, request, run_id):
-        authorizers.may_rollback(request.user, _get_run(run_id))
-        data = _validated(RollbackInputSerializer, request)
-        run = services.run_rollback(run_id=run_id, user=request.user, to_stage=data["to_stage"],
-                                    reason=data["reason"], compensate=data["compensate"])
-        return Response(run_body(run))

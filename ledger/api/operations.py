@@ -1,13 +1,13 @@
 """What each ledger API operation does, who may call it and the error codes it can answer (OpenAPI docs).
 
 ``ledger/api*.py`` decorate each method with ``operation(OPS["..."], request=..., responses=...)``
-(``ledger.schema_components.operation``); the codes below are the ones the services raise. Every
+(``ledger.api.components.operation``); the codes below are the ones the services raise. Every
 operation also answers 401 ``not_authenticated`` / ``authentication_failed`` and 403
 ``permission_denied``, and every body 400 ``malformed_json`` / ``nul_byte`` / ``too_deep`` and 413
 ``body_too_large``.
 """
 
-from ledger.schema_components import BATCH_MAX, Op, named
+from ledger.api.components import BATCH_MAX, Op, named
 
 RUN_404 = {404: ["run_not_found", "not_found"]}
 LIST_400 = {400: ["invalid_filter"], 404: ["not_found"]}  # a filter that does not parse; a bad cursor

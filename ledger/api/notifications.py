@@ -3,16 +3,14 @@
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
-from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from ledger import selectors, services
-from ledger.api import NewestFirstCursor
+from ledger.api.common import NewestFirstCursor, PolicyListApi
+from ledger.api.components import operation
+from ledger.api.operations import OPS
 from ledger.models import Notification
-from ledger.schema_components import operation
-from ledger.schema_operations import OPS
-from stateboard.roles import ANY
+from stateboard.policy import ANY, Policy, PolicyApi
 
 
 class NotificationOutputSerializer(serializers.ModelSerializer):
@@ -25,8 +23,8 @@ def _flag(value) -> bool:
     return str(value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-class NotificationListApi(ListAPIView):
-    roles = {"GET": ANY}
+class NotificationListApi(PolicyListApi):
+    policy = {"GET": Policy(roles=ANY)}
     serializer_class = NotificationOutputSerializer
     pagination_class = NewestFirstCursor
 
@@ -40,10 +38,11 @@ class NotificationListApi(ListAPIView):
                                            unread=_flag(self.request.query_params.get("unread")))
 
 
-class NotificationReadApi(APIView):
-    roles = {"POST": ANY}
+class NotificationReadApi(PolicyApi):
+    policy = {"POST": Policy(roles=ANY)}
 
     @operation(OPS["notifications_read_create"], responses={200: NotificationOutputSerializer})
     def post(self, request, notification_id):
         notification = services.notification_read(notification_id=notification_id, user=request.user)
         return Response(NotificationOutputSerializer(notification).data)
+

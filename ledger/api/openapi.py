@@ -3,7 +3,7 @@
 from django.utils.module_loading import import_string
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
 
-from ledger import schema_components as components
+from ledger.api import components
 
 
 class HashedTokenScheme(OpenApiAuthenticationExtension):
@@ -17,7 +17,7 @@ class HashedTokenScheme(OpenApiAuthenticationExtension):
 
 # ---------------------------------------------------------------- typed JSON fields of the output serializers
 # The API renders its JSON fields (``effect``, ``evidence``, ``decision``, ``lease``, ``action``) as stored;
-# these extensions describe them with the components of ``ledger.schema_components`` and add the
+# these extensions describe them with the components of ``ledger.api.components`` and add the
 # properties ``to_representation`` adds (``queued``, ...), leaving the serializers themselves as they are.
 
 class TypedOutputFields(OpenApiSerializerExtension):
@@ -58,7 +58,7 @@ def typed_schema(auto_schema, component, how: str, direction) -> dict:
 
 
 class RunOutputTyped(TypedOutputFields):
-    target_class = "ledger.api.RunOutputSerializer"
+    target_class = "ledger.api.shapes.RunOutputSerializer"
     typed = {"decision": (components.DecisionSerializer, "one"), "lease": (components.LeaseSerializer, "nullable")}
     extra = {
         "queued": ({"type": "boolean", "description": "queued for an agent to lease (then `lease` is null)"},
@@ -69,16 +69,16 @@ class RunOutputTyped(TypedOutputFields):
         "duplicate": ({"type": "boolean", "description": "the trigger's answer only: true when the trigger "
                                                          "was seen before (200)"}, "one", False),
         # compensate's answer only: the compensation approval request, null when it escalated
-        "approval": ("ledger.api.ApprovalOutputSerializer", "nullable", False),
+        "approval": ("ledger.api.shapes.ApprovalOutputSerializer", "nullable", False),
     }
 
 
 class EventOutputTyped(TypedOutputFields):
-    target_class = "ledger.api.EventOutputSerializer"
+    target_class = "ledger.api.shapes.EventOutputSerializer"
     typed = {"effect": (components.EffectSerializer, "nullable"), "evidence": (components.EvidenceSerializer, "many"),
              "data": ({"type": "object", "additionalProperties": {}}, "one")}
 
 
 class ApprovalOutputTyped(TypedOutputFields):
-    target_class = "ledger.api.ApprovalOutputSerializer"
+    target_class = "ledger.api.shapes.ApprovalOutputSerializer"
     typed = {"action": (components.ActionSerializer, "one")}

@@ -1,18 +1,16 @@
-"""GET /runs/{id}/resume-packet/: what an agent reads when a run starts (SPEC §9.2)."""
+"""``GET /runs/{id}/resume-packet/``: what an agent reads when a run starts (SPEC §9.2)."""
 
 import uuid
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from ledger import resume, selectors
-from ledger.schema_components import ResumePacketSerializer, operation
-from ledger.schema_operations import OPS
-
+from ledger.api.components import ResumePacketSerializer, operation
+from ledger.api.operations import OPS
 from stateboard.errors import Invalid, NotFound
-from stateboard.roles import ANY
+from stateboard.policy import ANY, Policy, PolicyApi
 
 
 def _is_uuid(value: str) -> bool:
@@ -23,8 +21,8 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
-class RunResumePacketApi(APIView):
-    roles = {"GET": ANY}
+class RunResumePacketApi(PolicyApi):
+    policy = {"GET": Policy(roles=ANY)}
 
     @operation(
         OPS["runs_resume_packet_retrieve"],
@@ -41,6 +39,4 @@ class RunResumePacketApi(APIView):
         if run is None:
             raise NotFound("run_not_found", f"No run with id {run_id}.")
         return Response(resume.resume_packet(run=run, user=request.user, budget_tokens=budget))
-
-
 

@@ -1,0 +1,59 @@
+"""The store on the ORM alone: correct on every database Django supports, used on SQLite.
+
+SQLite has one writer at a time (a write transaction takes the database lock), so the intent lock
+needs nothing and a run's lock is the write transaction itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import transaction
+
+from ledger.models import Checkpoint, Effect, LedgerEvent, Run
+
+
+class OrmStore:
+    vendor = "sqlite"
+
+    def intent_lock(self, workflow_id: int, intent: str) -> None:
+        """Serialise this transaction with every other writer of (workflow, intent)."""
+
+    def run_read(self, run_id: uuid.UUID, *, lock: bool) -> Run | None:
+        """The run with its workflow (``inputs`` deferred), locked FOR UPDATE with ``lock``."""
+        runs = Run.objects.select_related("workflow").defer("inputs")
+        if lock:
+            runs = runs.select_for_update(of=("self",))
+        return runs.filter(id=run_id).first()
+
+    def event_by_client_id(self, run_id: uuid.UUID, client_event_id: str) -> LedgerEvent | None:
+        return LedgerEvent.objects.filter(run_id=run_id, client_event_id=client_event_id).first()
+
+    def run_insert(self, run: Run, events: list[LedgerEvent], checkpoints: list[Checkpoint]) -> None:
+        """A new run with its first events and server checkpoints."""
+        run.save(force_insert=True)
+        self.rows_write(events, checkpoints)
+
+    def run_write(self, run: Run, changed: list[str], events: list[LedgerEvent],
+                  checkpoints: list[Checkpoint]) -> None:
+        """A locked run's new events and checkpoints, and only its changed columns."""
+        self.rows_write(events, checkpoints)
+        if changed:
+            run.save(update_fields=changed)
+
+    def rows_write(self, events: list[LedgerEvent], checkpoints: list[Checkpoint]) -> None:
+        if events:
+            LedgerEvent.objects.bulk_create(events)
+        if checkpoints:
+            Checkpoint.objects.bulk_create(checkpoints)
+
+    def effect_insert(self, effect: Effect) -> bool:
+        """Insert a new effect claim; False (nothing written) when its key exists."""
+        try:
+            with transaction.atomic():
+                effect.save(force_insert=True)
+        except Exception as exc:  # an IntegrityError of this database
+            if not Effect.objects.filter(idempotency_key=effect.idempotency_key).exists():
+                raise exc
+            return False
+        return True

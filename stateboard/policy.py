@@ -1,0 +1,266 @@
+"""One door: each endpoint declares its ``Policy`` once; one pipeline enforces it for every request.
+
+API views subclass ``PolicyApi`` and declare ``policy = {"GET": Policy(...), "POST": Policy(...)}``;
+page views are wrapped by ``@page(Policy(...))``. Both run the same checks in the order of SPEC §11.1:
+authentication, rate limit, role, authorizer, the workflow's ``agents``. Run-scoped writes
+(``run_scope="holder"``) then go to their service, which under the run's lock answers a repeated
+``client_event_id``, then checks the lease (``ledger.services.writer.lease_require``), the goal and the
+transition. A refusal — the pipeline's, or a ``Refused`` raised by an authorizer further in — is recorded
+in the audit trail once, here, when the policy names an ``audit`` action.
+
+This module imports no app: the audit trail is reached through ``refusal_recorder``, wired by the
+ledger app at start-up.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.cache import cache
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from rest_framework import exceptions
+from rest_framework.request import Request
+from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.views import APIView
+
+from stateboard.errors import DomainError, Refused
+from stateboard.roles import AGENT, ANY, PUBLIC, has_role, is_agent
+
+__all__ = ["ANY", "PUBLIC", "Policy", "PolicyApi", "page", "policy_of", "rate_limits"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Who may call an endpoint, and what the pipeline checks before its view runs.
+
+    ``roles``: the roles that may call at all (``PUBLIC``: no sign-in). ``authorizer(user, subject)``:
+    the action's authorizer (the one the page, API and service share), with ``subject(request, kwargs)``
+    the object it decides on (None when the action needs none). ``run_scope="holder"``: an agent must
+    hold the run's lease (checked by the service under the run's lock, after a repeated
+    ``client_event_id``). ``agents(request, kwargs)``: the allow-lists (lists of agent names, empty =
+    every agent) of the workflows the request acts on. ``rate``: the ``API_RATE_LIMITS`` class that
+    counts it ("identity": agent/human/anon by who calls; None: exempt). ``audit``: the action name a
+    refusal is recorded under (None: not audited); ``audit_all``: conflicts and validation errors too,
+    not only refusals of who may act."""
+
+    roles: frozenset[str] | str
+    authorizer: Callable | None = None
+    subject: Callable | None = None
+    run_scope: Literal["none", "holder"] = "none"
+    agents: Callable | None = None
+    rate: str | None = "identity"
+    audit: str | None = None
+    audit_all: bool = False
+
+
+def policy_of(view, method: str) -> Policy | None:
+    """The policy a view (an API view class or a page function) declares for ``method``."""
+    policies = getattr(view, "policy", None) or getattr(getattr(view, "view_class", None), "policy", None)
+    if isinstance(policies, Policy):
+        return policies
+    if not policies:
+        return None
+    if method in ("HEAD", "OPTIONS") and method not in policies:
+        method = "GET"
+    return policies.get(method)
+
+
+# ---------------------------------------------------------------- the checks, in order
+
+def rate_limits() -> dict[str, str]:
+    """``API_RATE_LIMITS`` as {class: "N/period"} (``agent=600/minute,human=120/minute``); {} = no limit."""
+    text = getattr(settings, "API_RATE_LIMITS", "") or ""
+    limits = {}
+    for part in text.split(","):
+        name, _, rate = part.strip().partition("=")
+        if name and rate:
+            limits[name.strip()] = rate.strip()
+    return limits
+
+
+class PolicyThrottle(SimpleRateThrottle):
+    """Counts a request against its class's rate, per identity (anonymous: per client address), in the
+    default cache (Redis when ``REDIS_URL`` is set, else per process)."""
+
+    cache = cache
+
+    def __init__(self, rate_class: str, rate: str):
+        self.scope, self.rate = rate_class, rate
+        self.num_requests, self.duration = self.parse_rate(rate)
+
+    def get_cache_key(self, request, view):
+        user = request.user
+        ident = f"user:{user.pk}" if user is not None and user.is_authenticated else f"addr:{self.get_ident(request)}"
+        return f"stateboard:throttle:{self.scope}:{ident}"
+
+
+def rate_class_of(policy: Policy, user) -> str | None:
+    if policy.rate != "identity":
+        return policy.rate
+    if user is None or not user.is_authenticated:
+        return "anon"
+    return "agent" if is_agent(user) else "human"
+
+
+THROTTLED_COUNTER = "stateboard:throttled_total"
+
+
+def throttle_check(policy: Policy, request) -> None:
+    """Raise ``Throttled`` (429 ``throttled`` with ``Retry-After``) when the request's class is over its rate."""
+    rate_class = rate_class_of(policy, request.user)
+    rate = rate_limits().get(rate_class) if rate_class else None
+    if not rate:
+        return
+    throttle = PolicyThrottle(rate_class, rate)
+    if not throttle.allow_request(request, None):
+        try:
+            cache.incr(THROTTLED_COUNTER)
+        except ValueError:
+            cache.set(THROTTLED_COUNTER, 1, None)
+        raise exceptions.Throttled(wait=throttle.wait())
+
+
+def throttled_total() -> int:
+    """Requests answered 429 so far (in the shared cache: across processes when Redis is configured)."""
+    return int(cache.get(THROTTLED_COUNTER) or 0)
+
+
+def access_check(policy: Policy, request, kwargs: dict) -> None:
+    """Role, authorizer, the workflow's ``agents``: raise ``Refused`` (403) at the first that fails."""
+    user = request.user
+    if policy.roles != PUBLIC and not has_role(user, *policy.roles):
+        raise Refused("permission_denied", "Your role may not do this.")
+    if policy.authorizer is not None:
+        subject = policy.subject(request, kwargs) if policy.subject is not None else None
+        policy.authorizer(user, subject)
+    if policy.agents is not None and is_agent(user):
+        name = user.get_username()
+        for allowed in policy.agents(request, kwargs):
+            if allowed and name not in allowed:
+                raise Refused("agent_not_allowed", "This workflow names the agents that may serve it; "
+                                                   "you are not one of them.")
+
+
+# ---------------------------------------------------------------- the refusals' audit (a port)
+
+def _no_recorder(user, *, action: str, code: str, request, kwargs: dict) -> None:
+    raise RuntimeError("No refusal recorder is wired (the ledger app sets stateboard.policy.refusal_recorder).")
+
+
+refusal_recorder: Callable = _no_recorder
+
+
+def refusal_audit(policy: Policy | None, exc: Exception, request, kwargs: dict) -> None:
+    """Record a refusal under the policy's ``audit`` action (who could not act; with ``audit_all`` also
+    conflicts and validation errors). Throttled and unauthenticated requests are never recorded."""
+    if policy is None or policy.audit is None or not request.user.is_authenticated:
+        return
+    if isinstance(exc, Refused) or (policy.audit_all and isinstance(exc, DomainError)):
+        refusal_recorder(request.user, action=policy.audit, code=exc.code, request=request, kwargs=kwargs)
+
+
+# ---------------------------------------------------------------- the pipeline for API views
+
+class PolicyApi(APIView):
+    """A DRF view whose every request passes the policy it declares (a view without one refuses all)."""
+
+    policy: dict[str, Policy] = {}
+    permission_classes: list = []  # the policy is the permission
+    throttle_classes: list = []  # the policy names the rate
+
+    def initial(self, request, *args, **kwargs):
+        """DRF's ``initial`` with the checks in the contract's order: authentication, rate, role,
+        authorizer, ``agents`` (DRF alone checks permissions before throttles)."""
+        self.format_kwarg = self.get_format_suffix(**kwargs)
+        neg = self.perform_content_negotiation(request)
+        request.accepted_renderer, request.accepted_media_type = neg
+        version, scheme = self.determine_version(request, *args, **kwargs)
+        request.version, request.versioning_scheme = version, scheme
+        request.user  # noqa: B018  authentication (a bad token is 401 here)
+        policy = policy_of(self, request.method)
+        if policy is None:
+            if request.method.lower() in self.http_method_names and hasattr(self, request.method.lower()):
+                raise Refused("permission_denied", "This endpoint declares no policy for this method.")
+            return  # DRF answers 405
+        throttle_check(policy, request)
+        if policy.roles != PUBLIC and not request.user.is_authenticated:
+            raise exceptions.NotAuthenticated()
+        access_check(policy, request, kwargs)
+
+    def handle_exception(self, exc):
+        refusal_audit(policy_of(self, self.request.method), exc, self.request, self.kwargs)
+        return super().handle_exception(exc)
+
+
+# ---------------------------------------------------------------- the same pipeline for pages
+
+def page(policy: Policy, *, back: str | Callable | None = None):
+    """Wrap a page view ``(request, **kwargs)`` in ``policy``: sign-in, rate, role, authorizer, then the
+    view. A refusal is recorded (``audit``) and answered as a page: plain text with its status for htmx,
+    a 403 page for a missing role or authorizer refusal, else a redirect ``back`` with the message."""
+
+    def decorate(view):
+        @functools.wraps(view)
+        def wrapped(request, **kwargs):
+            if policy.roles != PUBLIC and not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            try:
+                throttle_check(policy, request)
+            except exceptions.Throttled as exc:
+                response = HttpResponse("Too many requests; try again shortly.", status=429,
+                                        content_type="text/plain; charset=utf-8")
+                response["Retry-After"] = str(int(exc.wait or 1))
+                return response
+            try:
+                access_check(policy, request, kwargs)
+                return view(request, **kwargs)
+            except DomainError as exc:
+                refusal_audit(policy, exc, request, kwargs)
+                target = back(request) if callable(back) else reverse(back or "dashboard")
+                return refusal_answer_page(request, exc, target)
+
+        wrapped.policy = policy
+        return wrapped
+
+    return decorate
+
+
+def page_message(exc: DomainError) -> str:
+    """The error's detail, with the write gate's reasons when it gives some."""
+    details = [r.get("detail", "") for r in exc.extra.get("reasons", []) if isinstance(r, dict)]
+    return " ".join([exc.detail, *(d for d in details if d)])
+
+
+def refusal_answer_page(request, exc: DomainError, back: str) -> HttpResponse:
+    message = page_message(exc)
+    if getattr(request, "htmx", False):
+        return HttpResponse(message, status=exc.status_code, content_type="text/plain; charset=utf-8")
+    if isinstance(exc, Refused) or exc.status_code == 403:
+        return render(request, "refused.html", {"message": message, "back": back}, status=403)
+    messages.error(request, message)
+    return redirect(back)
+
+
+def request_data(request):
+    """The request's decoded body (API or form), None when it does not decode: the view reports why."""
+    try:
+        return request.data if isinstance(request, Request) else request.POST
+    except (exceptions.ParseError, exceptions.UnsupportedMediaType):
+        return None
+
+
+def request_field(request, name: str) -> str:
+    """A string field of the request's body, "" when absent or unreadable."""
+    data = request_data(request)
+    value = data.get(name, "") if hasattr(data, "get") else ""
+    return value if isinstance(value, str) else ""
+
+
+AGENTS_ONLY = frozenset({AGENT})

@@ -1,0 +1,211 @@
+"""One door (SPEC §11.1), generated from the URLconf: every endpoint, API and page, declares a policy;
+each refusal a policy names (the lease, the workflow's ``agents``, the rate limit) happens on every
+endpoint it applies to, appends and triggers included, and nothing is written when it does."""
+
+import re
+import uuid
+
+import pytest
+from django.core.cache import cache
+from django.test import override_settings
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from ledger.models import Approval, AuditEntry, Checkpoint, LedgerEvent, Run, Workflow
+from stateboard.policy import policy_of
+from tests.factories import client_for, make_agent, make_operator, make_workflow, page_client
+from tests.ledger.helpers import AgentDriver
+
+pytestmark = pytest.mark.django_db
+
+# Outside the pipeline on purpose (SPEC §11.1: health, metrics and the schema are exempt; Django's own).
+EXEMPT_PREFIXES = ("healthz", "metrics", "api/v1/schema/", "api/v1/docs/", "login/", "logout/", "admin/", "static/")
+SKIPPED_METHODS = {"options", "head", "trace"}
+
+
+def _walk(patterns, prefix=""):
+    for entry in patterns:
+        if isinstance(entry, URLResolver):
+            yield from _walk(entry.url_patterns, prefix + str(entry.pattern))
+        elif isinstance(entry, URLPattern):
+            yield prefix + str(entry.pattern), entry
+
+
+def endpoints():
+    """(route, pattern, view) of every URL the product serves, but the exempt ones."""
+    return [(route, pattern, getattr(pattern.callback, "view_class", None) or pattern.callback)
+            for route, pattern in _walk(get_resolver().url_patterns)
+            if not route.startswith(EXEMPT_PREFIXES)]
+
+
+def methods_of(view) -> list[str]:
+    if isinstance(view, type):
+        return [m.upper() for m in view.http_method_names if m not in SKIPPED_METHODS and hasattr(view, m)]
+    for cell in view.__closure__ or ():  # what require_GET / require_POST let through
+        if isinstance(cell.cell_contents, list) and cell.cell_contents and \
+                all(m in ("GET", "POST", "HEAD", "PUT", "PATCH", "DELETE") for m in cell.cell_contents):
+            return [m for m in cell.cell_contents if m != "HEAD"]
+    return ["GET"]
+
+
+def declared(view, method: str):
+    return policy_of(view, method) if isinstance(view, type) else getattr(view, "policy", None)
+
+
+def cases(predicate):
+    return [(route, method) for route, _, view in endpoints() for method in methods_of(view)
+            if declared(view, method) is not None and predicate(declared(view, method))]
+
+
+def _url(route: str, values: dict) -> str:
+    url = "/" + re.sub(r"\^|\$|\(\?P<\w+>[^)]*\)", lambda m: "" if m.group() in "^$" else "abcd1234", route)
+    while "<" in url:
+        start, end = url.index("<"), url.index(">")
+        converter, _, name = url[start + 1:end].rpartition(":")
+        value = values.get(name, str(uuid.uuid4()) if converter == "uuid" else "1" if converter == "int" else "x")
+        url = url[:start] + value + url[end + 1:]
+    return url
+
+
+def test_every_endpoint_declares_a_policy():
+    """A new endpoint without a policy fails here, whatever answers it (API view or page)."""
+    missing = [f"/{route}" for route, _, view in endpoints()
+               if not any(declared(view, method) for method in (methods_of(view) or ["GET"]))]
+    assert not missing, "endpoints without a policy:\n" + "\n".join(missing)
+    assert len(endpoints()) > 40  # both apps' API and pages are walked
+
+
+def test_the_matrix_names_the_run_scoped_and_allow_listed_writes():
+    holder = {(r, m) for r, m in cases(lambda p: p.run_scope == "holder")}
+    assert holder == {("api/v1/runs/<uuid:run_id>/events/", "POST"), ("api/v1/runs/<uuid:run_id>/checkpoints/", "POST"),
+                      ("api/v1/runs/<uuid:run_id>/approvals/", "POST")}
+    listed = {r for r, m in cases(lambda p: p.agents is not None)}
+    assert {"api/v1/runs/", "api/v1/runs/lease/", "api/v1/workflows/<slug:slug>/goals/"} <= listed
+
+
+class Fleet:
+    """A workflow, agent A holding a run of it, agent B, and a queued run nobody holds."""
+
+    def __init__(self):
+        self.wf = make_workflow(stages=["build", "publish"], effect_stages=["publish"], approval_stages=["publish"])
+        _, a_token = make_agent()
+        self.b_user, b_token = make_agent()
+        self.a = AgentDriver(client_for(a_token), self.wf.slug)
+        self.b = AgentDriver(client_for(b_token), self.wf.slug)
+        self.held = self.a.trigger(intent="held")["id"]
+        _, editor_token = make_operator("editor")
+        self.queued = AgentDriver(client_for(editor_token), self.wf.slug).trigger(intent="queued")["id"]
+
+    def written(self) -> tuple:
+        return (LedgerEvent.objects.count(), Checkpoint.objects.count(), Approval.objects.count(),
+                list(Run.objects.order_by("id").values_list("id", "state", "lease_owner", "lease_id")))
+
+
+RUN_SCOPED_BODIES = {
+    "events": {"client_event_id": "b-1", "stage": "build", "kind": "started"},
+    "checkpoints": {"state_table": {"build": {"status": "succeeded"}, "publish": {"status": "verified"}}},
+    "approvals": {"kind": "high_impact", "stage": "publish",
+                  "action": {"system": "cms", "operation": "publish", "target": "t", "summary": "s"}},
+}
+
+
+@pytest.mark.parametrize(("route", "method"), cases(lambda p: p.run_scope == "holder"))
+def test_a_run_scoped_write_is_refused_unless_the_caller_holds_the_lease(route, method):
+    """Another agent's run: 409 lease_held; a queued run or one nobody holds: 409 not_leased; nothing
+    written, no lease granted, and the refusal is audited."""
+    fleet = Fleet()
+    body = RUN_SCOPED_BODIES[route.rstrip("/").rsplit("/", 1)[-1]]
+    before = fleet.written()
+    held = fleet.b.client.post(_url(route, {"run_id": fleet.held}), body, format="json")
+    assert held.status_code == 409 and held.json()["code"] == "lease_held", held.content
+    queued = fleet.b.client.post(_url(route, {"run_id": fleet.queued}), body, format="json")
+    assert queued.status_code == 409 and queued.json()["code"] == "not_leased", queued.content
+    assert fleet.written() == before
+    assert AuditEntry.objects.filter(code__in=["lease_held", "not_leased"]).count() == 0  # conflicts: not refusals
+    Run.objects.filter(id=fleet.held).update(lease_owner="", lease_id=None)  # a run nobody holds
+    nobody = fleet.b.client.post(_url(route, {"run_id": fleet.held}), body, format="json")
+    assert nobody.status_code == 409 and nobody.json()["code"] == "not_leased", nobody.content
+    assert Run.objects.get(id=fleet.held).lease_owner == ""  # writing never grants a lease
+
+
+def test_another_agents_checkpoint_is_never_trusted_by_the_next_decision():
+    """The reported attack: B marks every stage of A's run done; A's run fails; the next trigger must not
+    decide noop / completed_same_fingerprint for work that never ran."""
+    fleet = Fleet()
+    refused = fleet.b.client.post(f"/api/v1/runs/{fleet.held}/checkpoints/", RUN_SCOPED_BODIES["checkpoints"],
+                                  format="json")
+    assert refused.status_code == 409
+    fleet.a.event(fleet.held, "build", "started")
+    fleet.a.event(fleet.held, "build", "failed", reason_code="build_error")
+    again = fleet.a.trigger(intent="held")
+    assert again["decision"]["outcome"] != "noop", again["decision"]
+    saved = fleet.a.client.post(f"/api/v1/runs/{again['id']}/checkpoints/", {"state_table": {}}, format="json")
+    assert saved.status_code == 201 and saved.json()["saved_by"] == again["lease"]["owner"]
+
+
+@pytest.mark.parametrize(("route", "method"), cases(lambda p: p.agents is not None))
+def test_a_workflow_allow_list_refuses_other_agents_on_every_endpoint_it_applies_to(route, method):
+    """``agents`` names who may serve the workflow: anyone else is 403 agent_not_allowed, audited, nothing
+    written; the allowed agent passes the same check."""
+    fleet = Fleet()
+    Workflow.objects.filter(id=fleet.wf.id).update(agents=["someone-else"])
+    bodies = {"api/v1/runs/": {"workflow": fleet.wf.slug, "inputs": {}},
+              "api/v1/runs/lease/": {"workflows": [fleet.wf.slug]},
+              "api/v1/workflows/<slug:slug>/goals/": {"intent": "held", "objective": "x"}}
+    body = bodies.get(route) or RUN_SCOPED_BODIES[route.rstrip("/").rsplit("/", 1)[-1]]
+    before = fleet.written()
+    refused = fleet.b.client.post(_url(route, {"run_id": fleet.held, "slug": fleet.wf.slug}), body, format="json")
+    assert refused.status_code == 403 and refused.json()["code"] == "agent_not_allowed", refused.content
+    assert fleet.written() == before
+    assert AuditEntry.objects.filter(code="agent_not_allowed", outcome="refused").count() == 1
+    Workflow.objects.filter(id=fleet.wf.id).update(agents=[fleet.b_user.username])
+    allowed = fleet.b.client.post(_url(route, {"run_id": fleet.held, "slug": fleet.wf.slug}), body, format="json")
+    assert allowed.status_code != 403, allowed.content
+
+
+def test_a_lease_naming_no_workflow_skips_the_runs_of_workflows_that_refuse_the_caller():
+    fleet = Fleet()
+    Workflow.objects.filter(id=fleet.wf.id).update(agents=["someone-else"])
+    assert fleet.b.client.post("/api/v1/runs/lease/", {}, format="json").status_code == 204
+    Workflow.objects.filter(id=fleet.wf.id).update(agents=[])
+    assert fleet.b.lease()["id"] == fleet.queued
+
+
+RATE_CASES = [(route, method) for route, method in cases(lambda p: p.rate is not None)]
+
+
+@pytest.mark.parametrize(("route", "method"), RATE_CASES)
+def test_a_configured_rate_limit_answers_429_on_every_endpoint(route, method):
+    """With API_RATE_LIMITS set, the request past the limit is 429 ``throttled`` with Retry-After,
+    whatever the endpoint (an append and a trigger included), and it is not audited."""
+    fleet = Fleet()
+    people = {"agent": fleet.a.client, "human": page_client(make_operator("oncall")[0])}
+    api = route.startswith("api/")
+    client = fleet.a.client if api else people["human"]
+    url = _url(route, {"run_id": fleet.held, "slug": fleet.wf.slug, "approval_id": str(uuid.uuid4())})
+    cache.clear()
+    with override_settings(API_RATE_LIMITS="agent=2/minute,human=2/minute,anon=2/minute"):
+        call = getattr(client, method.lower())
+        answers = [call(url, {}, **({"format": "json"} if api else {})) for _ in range(3)]
+    assert [a.status_code for a in answers[:2]] != [429, 429]
+    last = answers[2]
+    assert last.status_code == 429, (url, [a.status_code for a in answers])
+    assert int(last["Retry-After"]) >= 1
+    if api:
+        assert last.json()["code"] == "throttled"
+    assert not AuditEntry.objects.filter(code="throttled").exists()
+
+
+def test_health_metrics_and_schema_are_never_throttled():
+    cache.clear()
+    with override_settings(API_RATE_LIMITS="anon=1/minute"):
+        for url in ("/healthz", "/metrics", "/api/v1/schema/"):
+            assert {client_for(None).get(url).status_code for _ in range(3)} <= {200, 503}, url
+
+
+def test_a_refused_goal_creation_is_audited():
+    """The refused goal post writes its audit entry, as a refused trigger does."""
+    fleet = Fleet()
+    viewer = client_for(make_operator("viewer")[1])
+    refused = viewer.post(f"/api/v1/workflows/{fleet.wf.slug}/goals/", {"intent": "held"}, format="json")
+    assert refused.status_code == 403
+    assert AuditEntry.objects.filter(action="goal_create", outcome="refused").count() == 1
