@@ -21,3 +21,17 @@ def api():
     from rest_framework.test import APIClient
 
     return APIClient()
+
+
+def pytest_collection_modifyitems(config, items):
+    """On the embedded SQLite default the ledger's behaviour runs as on PostgreSQL; what proves real
+    locking, processes or PostgreSQL itself (``transaction=True`` tests, ``postgres``) runs there only."""
+    from django.conf import settings
+
+    if not settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        return
+    skip = pytest.mark.skip(reason="needs PostgreSQL (real row locks, several connections)")
+    for item in items:
+        db = item.get_closest_marker("django_db")
+        if item.get_closest_marker("postgres") or (db is not None and db.kwargs.get("transaction")):
+            item.add_marker(skip)

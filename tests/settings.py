@@ -14,7 +14,11 @@ SESSION_COOKIE_SECURE = False
 CSRF_COOKIE_SECURE = False
 
 # One test database per pytest process, so parallel runs on one machine never clobber each other.
-DATABASES["default"]["TEST"] = {"NAME": f"test_stateboard_{os.getpid()}"}  # noqa: F405
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405  the embedded default: in memory
+    DATABASES["default"]["TEST"] = {"NAME": f"file:test_stateboard_{os.getpid()}?mode=memory&cache=shared"}  # noqa: F405
+    DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}  # noqa: F405
+else:
+    DATABASES["default"]["TEST"] = {"NAME": f"test_stateboard_{os.getpid()}"}  # noqa: F405
 
 # The cache (rate limits' counters) is the shared Redis db: this process's keys are its own.
 CACHES["default"]["KEY_PREFIX"] = f"test{os.getpid()}"  # noqa: F405
