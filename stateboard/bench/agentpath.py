@@ -128,43 +128,18 @@ def measure_intent_triggers(clients: int, duration: float, *, workflow_lock: boo
 # statements per request
 
 
-class _CountingCursor:
-    """psycopg's cursor on the hot path (``ledger.sql``'s write cursor, invisible to Django's query log)."""
-
-    def __init__(self, context, log: list):
-        self._context, self._log, self._cursor = context, log, None
-
-    def __enter__(self):
-        self._cursor = self._context.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._context.__exit__(*exc)
-
-    def execute(self, query, params=None, **kwargs):
-        self._log.append(query)
-        return self._cursor.execute(query, params, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._cursor, name)
-
-
 _CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
 
 
 class Counted:
-    """What ``statements_counted`` saw: the messages sent to PostgreSQL and the statements in them. Django's
-    log also lists BEGIN and COMMIT where psycopg may send nothing (a COMMIT folded into the last write
-    leaves nothing to commit), so transaction control counts neither as a statement nor as a round trip."""
+    """What ``statements_counted`` saw: the statements sent to the database; transaction control counts
+    neither as a statement nor as a round trip."""
 
     def __init__(self):
         self.messages: list[str] = []
 
     def _statements_of(self, message: str) -> list[str]:
-        from ledger import sql
-
-        return [statement for statement in sql.statements_in(message)
-                if statement.split(None, 1)[0].upper() not in _CONTROL]
+        return [message] if message.split(None, 1)[0].upper() not in _CONTROL else []
 
     @property
     def statements(self) -> list[str]:
@@ -180,29 +155,15 @@ class Counted:
 
 @contextlib.contextmanager
 def statements_counted():
-    """Every SQL statement of the block: Django's (CaptureQueriesContext) and ``ledger.sql``'s write cursor.
+    """Every SQL statement of the block (Django's query log: the one pipeline sends nothing else).
     Yields a ``Counted``, complete once the block ends."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from ledger import sql
-
-    raw: list = []
-    original = sql._cursor
-
-    def counting(*, write_path: bool = True, db=None):
-        cursor = original(write_path=write_path, db=db)
-        return _CountingCursor(cursor, raw) if write_path else cursor
-
     counted = Counted()
-    sql._cursor = counting
-    try:
-        with CaptureQueriesContext(connection) as captured:
-            yield counted
-    finally:
-        sql._cursor = original
-    counted.messages.extend(q if isinstance(q, str) else q.decode()
-                            for q in [q["sql"] for q in captured.captured_queries] + raw)
+    with CaptureQueriesContext(connection) as captured:
+        yield counted
+    counted.messages.extend(q["sql"] for q in captured.captured_queries)
 
 
 def statements_per_request(token: str) -> dict:

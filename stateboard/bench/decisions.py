@@ -18,8 +18,9 @@ def decision_read_path(workflow_slug: str, intent: str, inputs: dict, env: str =
     from django.utils import timezone
 
     from ledger import recovery, services
+    from ledger.models import Workflow
 
-    workflow = __import__('ledger.models').models.Workflow.objects.get(slug=workflow_slug)
+    workflow = Workflow.objects.get(slug=workflow_slug)
     fp = services.input_fingerprint(workflow_slug=workflow.slug, intent=intent, inputs=inputs,
                                     policy_version=workflow.policy_version)
     others = services.holding_runs(workflow=workflow, intent=intent)
@@ -87,8 +88,6 @@ def explain_decision(loader: LedgerHistory, say: Out) -> list[str]:
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
 
-    from ledger.sql import statements_in
-
     info = next((i for i in reversed(loader.intents) if i.complete_with_effects), loader.intents[-1])
     with CaptureQueriesContext(connection) as captured:
         decision = decision_read_path(info.workflow_slug, info.intent, info.inputs)
@@ -96,7 +95,7 @@ def explain_decision(loader: LedgerHistory, say: Out) -> list[str]:
         f"(intent {info.intent!r} -> {decision.outcome}/{decision.reason_code}, {len(captured)} round trips):")
     seq_scans = []
     with transaction.atomic(), connection.cursor() as cur:
-        statements = [statement for query in captured.captured_queries for statement in statements_in(query["sql"])]
+        statements = [query["sql"] for query in captured.captured_queries]
         for n, sql in enumerate(statements, 1):
             cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql)
             raw = cur.fetchone()[0]
@@ -114,10 +113,6 @@ def explain_decision(loader: LedgerHistory, say: Out) -> list[str]:
                         if node["Node Type"] == "Seq Scan":
                             seq_scans.append(node["Relation Name"])
                     scans.append(what)
-            if sql.startswith("EXECUTE "):  # a prepared statement (ledger.sql): label it by its text
-                cur.execute("SELECT statement FROM pg_prepared_statements WHERE name = %s",
-                            [sql.split()[1].split("(")[0]])
-                sql = cur.fetchone()[0]
             table = re.search(r'FROM "(\w+)"', sql)
             where = re.search(r"WHERE (.*?)( ORDER BY| LIMIT| GROUP BY|$)", sql)
             cols = sorted(set(re.findall(r'"\w+"\."(\w+)"', where.group(1)))) if where else []
