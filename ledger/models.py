@@ -148,7 +148,10 @@ class Run(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
     retried_at = models.DateTimeField(null=True, blank=True)
-    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True)  # the holder's name when it took the lease
+    # The holder's identity (an agent's user): what a lease is checked against (SPEC §11.1).
+    lease_holder = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                     db_index=False, db_constraint=False, related_name="+")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     lease_id = models.UUIDField(null=True, blank=True)
     # Queued for an agent (SPEC §9.1): set while no agent holds the run, cleared by the lease.

@@ -50,11 +50,24 @@ def users_in_role(role: str):
             .exclude(groups__name=AGENT).distinct().order_by("id"))
 
 
+class Actor(str):
+    """A ledger actor string (``agent:<name>``, ``user:<name>``) that also knows who it is: ``user_id``,
+    the identity leases are held by (a renamed agent keeps its runs; a new agent given a freed name does
+    not get them). Everywhere else it is the plain string, the name at the time of the write."""
+
+    user_id: int | None
+
+    def __new__(cls, text: str, user_id: int | None = None):
+        actor = super().__new__(cls, text)
+        actor.user_id = user_id
+        return actor
+
+
 def actor_for(user) -> str:
-    """Ledger actor string: ``agent:<name>`` or ``user:<name>``."""
+    """Ledger actor: ``agent:<name>`` or ``user:<name>`` (an ``Actor``, with the user's id)."""
     if user is None:
         return "system"
-    return f"{'agent' if is_agent(user) else 'user'}:{user.get_username()}"
+    return Actor(f"{'agent' if is_agent(user) else 'user'}:{user.get_username()}", user.pk)
 
 
 def require_role(user, *roles: str, detail: str = "") -> None:

@@ -209,3 +209,19 @@ def test_a_refused_goal_creation_is_audited():
     refused = viewer.post(f"/api/v1/workflows/{fleet.wf.slug}/goals/", {"intent": "held"}, format="json")
     assert refused.status_code == 403
     assert AuditEntry.objects.filter(action="goal_create", outcome="refused").count() == 1
+
+
+def test_a_lease_follows_the_agents_identity_not_its_name():
+    """A renamed agent keeps its run (and its events show the new name); a new agent given the freed
+    name gets nothing."""
+    fleet = Fleet()
+    holder = Run.objects.get(id=fleet.held).lease_holder
+    old_name = holder.username
+    holder.username = old_name + "-renamed"
+    holder.save()
+    kept = fleet.a.event(fleet.held, "build", "started")
+    assert kept["actor"] == f"agent:{old_name}-renamed"
+    impostor_user, impostor_token = make_agent(name=old_name)
+    impostor = AgentDriver(client_for(impostor_token), fleet.wf.slug)
+    refused = impostor.event(fleet.held, "build", "succeeded", expect=409)
+    assert refused["code"] == "lease_held"

@@ -19,7 +19,7 @@ from ledger.services.rollback import compensation_done, compensation_scope
 from ledger.services.versions import stage_generation
 from ledger.store import store
 from ledger.services.writer import (EXECUTOR, RunWriter, effect_key_default, illegal, lease_fail, lease_lapse,
-                                    lease_require, run_lock,
+                                    holds, lease_require, run_lock,
                                     run_spec, stage_status)
 from stateboard.canonical import canonical_json, digest
 from stateboard.errors import Conflict, Invalid
@@ -363,7 +363,7 @@ def _lease_check(run: Run, body: dict, actor: str, now, *, pending: bool = False
     lease_id = body.get("lease_id")
     if lease_id is not None and str(lease_id) != str(run.lease_id or ""):
         raise Conflict("lease_held", "This event carries a lease that is not the run's current one.")
-    if run.lease_owner == actor and lease_lapse(run, now) == "lease_expired":
+    if holds(run, actor) and lease_lapse(run, now) == "lease_expired":
         refusal = Conflict("lease_expired", "Your lease on this run expired; the run has been moved to failed.")
         if pending:
             raise refusal

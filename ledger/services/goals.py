@@ -133,7 +133,7 @@ def goal_create(*, workflow_slug: str, intent, objective=None, constraints=None,
             continue
         writer = RunWriter(run, actor, now)
         if run.state in GOAL_CHANGE_STATES and not owes_the_world(run):
-            held_by_poster = _holder(run) == actor
+            held_by_poster = bool(_holder(run)) and not _held_by_another(run, actor)
             goal_move(writer, to_version=goal.version)
             if held_by_poster and run.queued_until is not None:  # it stays the poster's, under a new lease id
                 writer.lease_grant(actor)
@@ -157,10 +157,20 @@ def _holder(run: Run) -> str:
 def _goal_lease_check(runs: list[Run], actor: str) -> None:
     """An agent's goal post is refused while a real run of the intent is held by another agent (SPEC §11.1)."""
     for run in runs:
-        holder = _holder(run)
-        if holder and holder != actor and not run.staged:
+        if _held_by_another(run, actor) and not run.staged:
             raise Conflict("lease_held", "Another agent holds a run of this intent; it alone may change its goal.",
-                           holder=holder, run=str(run.id))
+                           holder=_holder(run), run=str(run.id))
+
+
+def _held_by_another(run: Run, actor: str) -> bool:
+    """An agent other than ``actor`` holds ``run`` (by identity when both are known)."""
+    holder = _holder(run)
+    if not holder:
+        return False
+    user_id = getattr(actor, "user_id", None)
+    if run.lease_holder_id is not None and user_id is not None:
+        return run.lease_holder_id != user_id
+    return holder != actor
 
 
 def goals_of(*, workflow: Workflow, intent: str | None = None):

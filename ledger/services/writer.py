@@ -62,7 +62,7 @@ def event_compute_hash(event: LedgerEvent) -> str:
 RUN_MUTABLE_FIELDS = ("state", "current_stage", "stage_states", "event_count", "last_hash", "lease_owner",
                       "lease_expires_at", "updated_at", "ended_at", "decision", "decided_at", "retried_at",
                       "lease_id", "queued_at", "queued_until", "ended_reason", "executor_state",
-                      "input_fingerprint", "goal_version", "goal_outdated")
+                      "input_fingerprint", "goal_version", "goal_outdated", "lease_holder_id")
 # The lease owner while the executor performs an effect stage (SPEC §5.2).
 EXECUTOR = "system:executor"
 
@@ -111,21 +111,21 @@ class RunWriter:
 
     def lease_clear(self) -> None:
         run = self.run
-        run.lease_owner, run.lease_id, run.lease_expires_at = "", None, None
+        run.lease_owner, run.lease_holder_id, run.lease_id, run.lease_expires_at = "", None, None, None
         run.queued_at = run.queued_until = None
         run.executor_state = {}
 
     def lease_grant(self, owner: str) -> None:
         """Lease the run to ``owner`` (an agent) for the workflow's lease_seconds, under a new lease id."""
         run = self.run
-        run.lease_owner, run.lease_id = owner, uuid.uuid4()
+        run.lease_owner, run.lease_holder_id, run.lease_id = owner, getattr(owner, "user_id", None), uuid.uuid4()
         run.lease_expires_at = self.now + timedelta(seconds=run.workflow.lease_seconds)
         run.queued_at = run.queued_until = None
 
     def queue(self) -> None:
         """Queue the run for an agent (SPEC §9.1): nobody holds it until an agent leases it in time."""
         run = self.run
-        run.lease_owner, run.lease_id, run.lease_expires_at = "", None, None
+        run.lease_owner, run.lease_holder_id, run.lease_id, run.lease_expires_at = "", None, None, None
         run.queued_at, run.queued_until = self.now, self.now + timedelta(seconds=run.workflow.lease_seconds)
 
     def executor_hold(self, *, stage: str, action: dict, **extra) -> None:
@@ -157,7 +157,7 @@ class RunWriter:
         if run.state in TERMINAL_STATES or waiting_for_human or run.lease_owner == EXECUTOR \
                 or run.queued_until is not None:
             return
-        if run.lease_owner != self.actor:  # writing never grants a lease (SPEC §11.1)
+        if not holds(run, self.actor):  # writing never grants a lease (SPEC §11.1)
             return
         if run.lease_id is None:
             run.lease_id = uuid.uuid4()
@@ -244,8 +244,17 @@ def lease_require(run: Run, actor: str) -> None:
         raise Conflict("not_leased", "This run is queued for an agent: lease it first (POST /api/v1/runs/lease/).")
     if not run.lease_owner:
         raise Conflict("not_leased", "Nobody holds this run's lease: lease it first (POST /api/v1/runs/lease/).")
-    if run.lease_owner != actor:
+    if not holds(run, actor):
         raise Conflict("lease_held", "Another agent holds this run's lease.", holder=run.lease_owner)
+
+
+def holds(run: Run, actor: str) -> bool:
+    """Whether ``actor`` holds the run's lease: by identity when both are known, else by name (the executor,
+    the system, a lease taken before identities were recorded)."""
+    user_id = getattr(actor, "user_id", None)
+    if run.lease_holder_id is not None and user_id is not None:
+        return run.lease_holder_id == user_id
+    return bool(run.lease_owner) and run.lease_owner == actor
 
 
 def lease_expired(run: Run, now: datetime) -> bool:

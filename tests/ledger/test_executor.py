@@ -174,7 +174,7 @@ def test_an_approved_compensation_on_an_executor_stage_is_performed_by_the_execu
         wf, driver, run_id, effect, approval = _executed_then_rolled_back(receiver, timeout_seconds=5)
         refused = driver.event(run_id, "deploy", "compensated", expect=409, action=approval.action,
                                evidence=[{"uri": "https://x.test", "observed_at": "2026-12-01T00:00:00+00:00"}])
-        assert refused["code"] == "executor_stage"
+        assert refused["code"] == "not_leased"  # nobody holds a run in compensate: the lease refuses first
         editor_page, _ = login("editor")
         inbox = texts(editor_page.get(reverse("ledger:approval_list")))
         assert f'id="approval-{approval.id}"' in inbox and 'data-performer="executor"' in inbox
