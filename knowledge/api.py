@@ -10,8 +10,8 @@ from knowledge import authorizers, selectors, services
 from knowledge.models import Claim
 from knowledge.schema_components import (OPS, ClaimDetailSerializer, ClaimProposalSerializer, ClaimRefreshSerializer,
                                          ReconcileResultSerializer, ReconcileSerializer)
-from ledger.api.components import operation, page_of
 from stateboard.errors import NotFound
+from stateboard.openapi import operation, page_of
 from stateboard.policy import ANY, Policy, PolicyApi
 from stateboard.roles import AGENT, OWNER
 

@@ -8,8 +8,7 @@ of ``knowledge.api.ClaimOutput`` without changing it.
 from rest_framework import serializers
 
 from knowledge.models import Confidence, Sensitivity, SourceType
-from ledger.api.openapi import TypedOutputFields
-from ledger.api.components import Op, named
+from stateboard.openapi import Op, TypedOutputFields, named
 
 
 class ClaimScopeSerializer(serializers.Serializer):

@@ -32,6 +32,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from knowledge import ports
 from knowledge.models import Claim, ClaimHead, ClaimStatus, GateDecision, Sensitivity
 from stateboard.db import guard_lifted
 
@@ -86,8 +87,6 @@ def claims_stale_sweep(*, now: datetime | None = None, batch_size: int = STALE_B
 
 
 def _stale_batch(now: datetime, size: int) -> dict:
-    from ledger.services import notifications as ledger_notifications
-
     heads = list(ClaimHead.objects.select_for_update(skip_locked=True).filter(refresh_due_at__lte=now)
                  .order_by("refresh_due_at", "id").only("id", "key", "current_id", "owner_id")[:size])
     if not heads:
@@ -103,9 +102,8 @@ def _stale_batch(now: datetime, size: int) -> dict:
                    f"{claim.refresh_after:%Y-%m-%d %H:%M} UTC passed. Refresh, invalidate or revoke it.")
         url = reverse("knowledge:claim_history", args=[head.key])
         for user_id in _owner_ids(head.owner_id, cache):
-            items.append(ledger_notifications.Item(user_id, "stale_claim", subject, url,
-                                                   f"stale:{head.key}:{claim.version}"))
-    created = ledger_notifications.notifications_send_many(items, now=now)
+            items.append(ports.Notice(user_id, "stale_claim", subject, url, f"stale:{head.key}:{claim.version}"))
+    created = ports.notifications_send_many(items, now=now)
     ClaimHead.objects.filter(id__in=[h.id for h in heads]).update(refresh_due_at=None)
     return {"rows": len(heads), "marked": len(heads), "notified": len(created)}
 
@@ -130,8 +128,6 @@ def claims_retention_sweep(*, now: datetime | None = None, batch_size: int = RET
 
 def _retention_batch(now: datetime, size: int) -> dict:
     from knowledge import services
-    from ledger import services as ledger_services
-    from ledger.services import notifications as ledger_notifications
 
     candidates = list(_due(now).order_by("key").values_list("key", flat=True).distinct()[:size])
     if not candidates:
@@ -156,7 +152,7 @@ def _retention_batch(now: datetime, size: int) -> dict:
         if ends:
             ending.append(head)
         versions = sorted(c.version for c in erased)
-        ledger_services.audit_record(
+        ports.audit_record(
             user=None, action="retention_erase", outcome="done", target=head.key[:200], code=RETENTION_REASON,
             reason=f"sensitive versions {versions} of {head.key} past retention_until",
             data={"key": head.key, "versions": versions, "store_versions": sorted(c.store_version for c in erased),
@@ -164,9 +160,9 @@ def _retention_batch(now: datetime, size: int) -> dict:
         subject = f"Claim {head.key}: versions {', '.join(map(str, versions))} deleted (retention expired)."
         url = reverse("knowledge:claim_history", args=[head.key])
         for user_id in _owner_ids(head.owner_id, cache):
-            items.append(ledger_notifications.Item(user_id, "retention_expired", subject, url,
-                                                   f"retention:{head.key}:{max(versions)}"))
-    ledger_notifications.notifications_send_many(items, now=now)
+            items.append(ports.Notice(user_id, "retention_expired", subject, url,
+                                      f"retention:{head.key}:{max(versions)}"))
+    ports.notifications_send_many(items, now=now)
     # Last: appending takes the store counter's lock, which every claim write waits for until commit.
     if ending:
         currents = Claim.objects.in_bulk([h.current_id for h in ending])

@@ -15,3 +15,19 @@ class LedgerConfig(AppConfig):
 
         post_migrate.connect(sqlite_guards_install, dispatch_uid="stateboard.sqlite_guards")
         policy.refusal_recorder = refusal_record
+        self.knowledge_ports_wire()
+
+    @staticmethod
+    def knowledge_ports_wire():
+        """The ledger's side of ``knowledge.ports``: knowledge imports nothing from the ledger."""
+        from knowledge import ports
+        from ledger import selectors, services
+        from ledger.services import notifications
+
+        def notifications_send_many(notices, *, now=None):
+            return notifications.notifications_send_many([notifications.Item(*n) for n in notices], now=now)
+
+        ports.wire(event_is_verified=selectors.event_is_verified,
+                   oldest_live_version_boundary=selectors.oldest_live_version_boundary,
+                   notifications_send_many=notifications_send_many,
+                   audit_record=services.audit_record)

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from knowledge import authorizers
+from knowledge import authorizers, ports
 from knowledge.models import (
     TOMBSTONE_STATUSES,
     Claim,
@@ -18,7 +18,6 @@ from knowledge.models import (
     ClaimStatus,
 )
 from knowledge.services.versions import append_many, head_for_update, heads_for_update, latest_version
-from ledger import selectors as ledger_selectors
 from stateboard.db import guard_lifted
 from stateboard.errors import Conflict, Invalid, NotFound
 from stateboard.roles import actor_for
@@ -103,7 +102,7 @@ def tombstones_gc(*, now: datetime | None = None, limit: int = 1000) -> dict:
     deleted and version numbers are never reused.
     """
     now = now or timezone.now()
-    boundary = ledger_selectors.oldest_live_version_boundary(now=now)
+    boundary = ports.oldest_live_version_boundary(now=now)
     candidates = ClaimHead.objects.filter(current__status__in=TOMBSTONE_STATUSES,
                                           latest_version=F("current__version"))
     if boundary is not None:

@@ -8,7 +8,7 @@ from datetime import datetime
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
-from knowledge import authorizers, gate
+from knowledge import authorizers, gate, ports
 from knowledge.models import (
     EFFECTIVE_STATUSES,
     Claim,
@@ -18,7 +18,6 @@ from knowledge.models import (
     GateDecision,
     StoreCounter,
 )
-from ledger import selectors as ledger_selectors
 from stateboard.canonical import canonical_json
 from stateboard.errors import Invalid
 from stateboard.roles import OWNER, actor_for, has_role, is_agent, user_roles
@@ -103,7 +102,7 @@ def _user_kind(username: str) -> str | None:
 
 
 def _ledger_event_verified(event_id: int) -> bool:
-    return ledger_selectors.event_is_verified(event_id=event_id)
+    return ports.event_is_verified(event_id=event_id)
 
 
 def gate_context(*, user, now: datetime, head: ClaimHead | None) -> gate.GateContext:

@@ -2,88 +2,26 @@
 
 These serializers are never used to validate or render: the services own every rule (one home per
 rule) and the API renders plain dicts. They give ``/api/v1/schema/`` typed bodies, so client authors
-and schemathesis see the real shapes. ``operation()`` builds one operation's ``extend_schema`` with
-its summary, description and error responses (all with the ``Error`` component).
+and schemathesis see the real shapes. The generic helpers (``Op``, ``named``, ``operation()``,
+``page_of``, ``one_or_many``, the ``Error`` component) live in ``stateboard.openapi`` and are
+re-exported here for the resource modules.
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, field, replace
-
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer
 from rest_framework import serializers
 
 from ledger import services
 from ledger.models import STAGE_OUTCOME_KINDS, Approval, Checkpoint
+from stateboard.openapi import (  # noqa: F401  (re-exported for ledger.api's resource modules)
+    AUTH_CODES, BODY_CODES, STATUS_WORDS, ErrorSerializer, Op, error_codes, named, one_or_many, operation, page_of)
 
 # What an agent may post (ledger.services.events: stage outcomes, corrections, and the approved compensation).
 AGENT_EVENT_KINDS = sorted(STAGE_OUTCOME_KINDS | {"corrected", "compensated"})
 DECISION_OUTCOMES = ["fresh", "resume", "verify_only", "noop", "escalated"]
 BATCH_MAX = 100
-
-
-# ---------------------------------------------------------------- errors
-
-class ErrorSerializer(serializers.Serializer):
-    """Every API error (SPEC §8). Branch on `code`; `detail` is for people. Some codes add fields."""
-
-    code = serializers.CharField(help_text="stable snake_case code, e.g. `effect_exists`")
-    detail = serializers.CharField(help_text="a human message")
-    reasons = serializers.ListField(child=serializers.JSONField(), required=False,
-                                    help_text="`write_gate_rejected`: every reason at once, each {code, field, "
-                                              "detail}; `approval_void`: why the permit is void")
-    index = serializers.IntegerField(required=False, help_text="a refused batch: the position of the refused event")
-    errors = serializers.JSONField(required=False, help_text="`validation_error`: the errors per field; "
-                                                             "`entries_invalid`: per entry, with its `index`")
-
-
-@dataclass(frozen=True)
-class Op:
-    """One operation's documentation: summary, what it does and who may call it, error codes by status."""
-
-    summary: str
-    description: str
-    errors: dict[int, list[str]] = field(default_factory=dict)
-    operation_id: str = ""  # set from the key of its table (``named``)
-
-
-def named(table: dict[str, Op]) -> dict[str, Op]:
-    """A table of operations keyed by their operationId (kept as drf-spectacular first named them)."""
-    return {name: replace(op, operation_id=name) for name, op in table.items()}
-
-
-AUTH_CODES = {401: ["not_authenticated", "authentication_failed"], 403: ["permission_denied"]}
-BODY_CODES = {400: ["malformed_json", "nul_byte", "too_deep", "validation_error"], 413: ["body_too_large"]}
-STATUS_WORDS = {400: "bad input", 401: "no or a bad token", 403: "not allowed", 404: "not found",
-                409: "conflict", 413: "body too large", 422: "refused input"}
-
-
-def error_codes(op: Op, *, has_body: bool) -> dict[int, list[str]]:
-    """The op's codes by status, with those every call (auth) and every body (parsing) can answer."""
-    merged: dict[int, list[str]] = {}
-    for source in (AUTH_CODES, BODY_CODES if has_body else {}, op.errors):
-        for status_code, codes in source.items():
-            merged.setdefault(status_code, [])
-            merged[status_code] += [c for c in codes if c not in merged[status_code]]
-    return dict(sorted(merged.items()))
-
-
-def operation(op: Op, *, request=None, responses=None, has_body: bool | None = None, **kwargs):
-    """``extend_schema`` for one operation: its responses plus an ``Error`` response per status it can
-    answer (the codes in the response's description and in the operation's)."""
-    has_body = request is not None if has_body is None else has_body
-    codes = error_codes(op, has_body=has_body)
-    errors = {status_code: OpenApiResponse(response=ErrorSerializer,
-                                           description=f"{STATUS_WORDS.get(status_code, 'error')}; codes: "
-                                                       + ", ".join(f"`{c}`" for c in names))
-              for status_code, names in codes.items()}
-    listing = "\n".join(f"- **{s}**: " + ", ".join(f"`{c}`" for c in names) for s, names in codes.items())
-    description = f"{op.description}\n\nError codes (the body is an `Error`):\n\n{listing}"
-    return extend_schema(operation_id=op.operation_id or None, summary=op.summary, description=description,
-                         request=request,
-                         responses={**(responses or {}), **errors}, **kwargs)
 
 
 # ---------------------------------------------------------------- events
@@ -141,21 +79,6 @@ class EventInputSerializer(serializers.Serializer):
 EVENT_INPUT_OR_BATCH = PolymorphicProxySerializer(
     component_name="EventInputOrBatch", resource_type_field_name=None, many=False,
     serializers=[EventInputSerializer, EventInputSerializer(many=True)])
-
-
-@functools.cache
-def one_or_many(component_name: str, serializer_class):
-    """A response that is one object, or an array of them (the batch form); one component per name."""
-    return PolymorphicProxySerializer(component_name=component_name, resource_type_field_name=None, many=False,
-                                      serializers=[serializer_class, serializer_class(many=True)])
-
-
-@functools.cache
-def page_of(component_name: str, serializer_class, **extra_fields):
-    """``{results: [...], next: <url or null>}`` for the lists that are not cursor paginated by DRF."""
-    return inline_serializer(component_name, {
-        "results": serializer_class(many=True),
-        "next": serializers.URLField(allow_null=True, help_text="the next page, or null"), **extra_fields})
 
 
 METRICS = OpenApiResponse(response=OpenApiTypes.OBJECT, description="the metrics of SPEC §7, per workflow")

@@ -1,9 +1,9 @@
 """OpenAPI (drf-spectacular) extensions: the token authentication, and typed JSON fields of the outputs."""
 
-from django.utils.module_loading import import_string
-from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 from ledger.api import components
+from stateboard.openapi import TypedOutputFields, typed_schema  # noqa: F401  (typed_schema: re-exported)
 
 
 class HashedTokenScheme(OpenApiAuthenticationExtension):
@@ -17,45 +17,9 @@ class HashedTokenScheme(OpenApiAuthenticationExtension):
 
 # ---------------------------------------------------------------- typed JSON fields of the output serializers
 # The API renders its JSON fields (``effect``, ``evidence``, ``decision``, ``lease``, ``action``) as stored;
-# these extensions describe them with the components of ``ledger.api.components`` and add the
-# properties ``to_representation`` adds (``queued``, ...), leaving the serializers themselves as they are.
-
-class TypedOutputFields(OpenApiSerializerExtension):
-    """Base: ``typed`` maps a property to (component, how: "one" | "nullable" | "many"); ``extra`` adds
-    properties (name -> (component, how, required)). A component is a schema dict, a serializer or its
-    dotted path."""
-
-    match_subclasses = True
-    typed: dict = {}
-    extra: dict = {}
-
-    def map_serializer(self, auto_schema, direction):
-        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
-        properties = schema.setdefault("properties", {})
-        for name, (component, how) in self.typed.items():
-            if name in properties:
-                kept = {k: v for k, v in properties[name].items() if k in ("readOnly", "description")}
-                properties[name] = {**typed_schema(auto_schema, component, how, direction), **kept}
-        for name, (component, how, required) in self.extra.items():
-            properties[name] = {**typed_schema(auto_schema, component, how, direction), "readOnly": True}
-            if required:
-                schema.setdefault("required", []).append(name)
-        return schema
-
-
-def typed_schema(auto_schema, component, how: str, direction) -> dict:
-    """A property's schema: a plain schema dict as is, else a reference to a serializer's component."""
-    if isinstance(component, dict):
-        return dict(component)
-    if isinstance(component, str):
-        component = import_string(component)
-    ref = auto_schema.resolve_serializer(component, direction).ref
-    if how == "many":
-        return {"type": "array", "items": ref}
-    if how == "nullable":
-        return {"allOf": [ref], "nullable": True}
-    return {"allOf": [ref]}
-
+# these extensions (``stateboard.openapi.TypedOutputFields``) describe them with the components of
+# ``ledger.api.components`` and add the properties ``to_representation`` adds (``queued``, ...), leaving
+# the serializers themselves as they are.
 
 class RunOutputTyped(TypedOutputFields):
     target_class = "ledger.api.shapes.RunOutputSerializer"

@@ -1,3 +1,6 @@
+"""The ledger's core models (SPEC §1): agents and tokens, workflows, runs, the append-only events,
+effects, checkpoints, approvals and the audit trail. Import them from ``ledger.models``."""
+
 import uuid
 
 import pgtrigger
@@ -431,12 +434,3 @@ class AuditEntry(models.Model):
 
     def __str__(self):
         return f"{self.actor} {self.action} {self.outcome}"
-
-
-# The product's own bookkeeping (notifications, the outbox, replay results, saved views) and SPEC §10's
-# goal versions and stage generations are defined beside, and importable from here.
-from ledger.models_goals import Goal, StageGeneration  # noqa: E402
-from ledger.models_ops import Notification, Outbox, ReplayEval, SavedView  # noqa: E402
-
-GOAL_MODELS = (Goal, StageGeneration)
-OPS_MODELS = (Notification, Outbox, ReplayEval, SavedView)

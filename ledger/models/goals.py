@@ -4,7 +4,7 @@ compensations (imported by ``ledger.models``, so they are part of the ledger app
 from django.db import models
 from django.db.models import Q
 
-from ledger.models import Workflow, append_only_triggers
+from ledger.models.runs import Workflow, append_only_triggers
 
 
 class Goal(models.Model):

@@ -1,0 +1,50 @@
+"""The ledger app's models, one package by concern; import them from here (Django finds them here).
+
+- ``runs``: agents and tokens, workflows, runs, the append-only events, effects, checkpoints,
+  approvals and the audit trail (SPEC §1);
+- ``goals``: an intent's goal versions and the stage generations of rollbacks (SPEC §10);
+- ``ops``: the product's own bookkeeping: notifications, the outbox, replay results, saved views.
+
+Submodules import each other directly (``ledger.models.runs``), never this package.
+"""
+
+from ledger.models.goals import Goal, StageGeneration
+from ledger.models.ops import Notification, Outbox, ReplayEval, SavedView
+from ledger.models.runs import (
+    DEFAULT_APPROVAL_STAGES,
+    DEFAULT_EFFECT_STAGES,
+    DEFAULT_STAGES,
+    HOLDING_STATES,
+    LEASED_STATES,
+    STAGE_OUTCOME_KINDS,
+    TERMINAL_STATES,
+    Agent,
+    ApiToken,
+    Approval,
+    AuditEntry,
+    Checkpoint,
+    Effect,
+    EffectStatus,
+    EventKind,
+    LedgerEvent,
+    Run,
+    RunState,
+    Trigger,
+    Workflow,
+    append_only_triggers,
+    default_approval_stages,
+    default_effect_stages,
+    default_stages,
+)
+
+GOAL_MODELS = (Goal, StageGeneration)
+OPS_MODELS = (Notification, Outbox, ReplayEval, SavedView)
+
+__all__ = [
+    "DEFAULT_APPROVAL_STAGES", "DEFAULT_EFFECT_STAGES", "DEFAULT_STAGES", "GOAL_MODELS", "HOLDING_STATES",
+    "LEASED_STATES", "OPS_MODELS", "STAGE_OUTCOME_KINDS", "TERMINAL_STATES",
+    "Agent", "ApiToken", "Approval", "AuditEntry", "Checkpoint", "Effect", "EffectStatus", "EventKind", "Goal",
+    "LedgerEvent", "Notification", "Outbox", "ReplayEval", "Run", "RunState", "SavedView", "StageGeneration",
+    "Trigger", "Workflow", "append_only_triggers", "default_approval_stages", "default_effect_stages",
+    "default_stages",
+]
