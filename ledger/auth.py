@@ -1,15 +1,15 @@
 """API tokens: ``Authorization: Token <key>`` (or ``Bearer``); only the SHA-256 of a key is stored.
 
-Every request reads its token, user and groups afresh (one query with the groups prefetched), so a
-revoked token, a deactivated user or a changed role is seen by the next request.
+Every request reads its token, user and groups afresh (``store().token_read``), so a revoked token, a
+deactivated user or a changed role is seen by the next request.
 """
 
 import secrets
 
-from django.db.models import Prefetch
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
+from ledger.store import store
 from stateboard.canonical import sha256_hex
 from stateboard.roles import roles_remember
 
@@ -49,20 +49,14 @@ class HashedTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Token"
 
     def authenticate(self, request):
-        from django.contrib.auth.models import Group
-
-        from ledger.models import ApiToken
-
         key_hash = token_key_hash(authentication.get_authorization_header(request))
         if key_hash is None:
             return None
-        token = (ApiToken.objects.select_related("user")
-                 .prefetch_related(Prefetch("user__groups", queryset=Group.objects.only("name")))
-                 .filter(key_hash=key_hash).first())
+        token, group_names = store().token_read(key_hash)
         user = token.user if token else None
         if user is None or token.revoked_at is not None or not user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked token.")
-        roles_remember(user, [group.name for group in user.groups.all()])
+        roles_remember(user, group_names)
         return user, key_hash
 
     def authenticate_header(self, request):

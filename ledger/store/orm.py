@@ -10,7 +10,7 @@ import uuid
 
 from django.db import transaction
 
-from ledger.models import Checkpoint, Effect, LedgerEvent, Run
+from ledger.models import ApiToken, Checkpoint, Effect, LedgerEvent, Run
 
 
 class OrmStore:
@@ -18,6 +18,13 @@ class OrmStore:
 
     def intent_lock(self, workflow_id: int, intent: str) -> None:
         """Serialise this transaction with every other writer of (workflow, intent)."""
+
+    def token_read(self, key_hash: str) -> tuple[ApiToken | None, list[str]]:
+        """An API token with its user, and the names of the user's groups."""
+        token = ApiToken.objects.select_related("user").filter(key_hash=key_hash).first()
+        if token is None:
+            return None, []
+        return token, list(token.user.groups.values_list("name", flat=True))
 
     def run_read(self, run_id: uuid.UUID, *, lock: bool) -> Run | None:
         """The run with its workflow (``inputs`` deferred), locked FOR UPDATE with ``lock``."""

@@ -1,10 +1,14 @@
-"""The store on PostgreSQL: the ORM, plus the intent's advisory lock and a claim without a savepoint."""
+"""The store on PostgreSQL: the ORM, plus the intent's advisory lock, a claim without a savepoint and a
+token read in one statement."""
 
 from __future__ import annotations
 
+from django.contrib.auth.models import Group
+from django.contrib.postgres.expressions import ArraySubquery
 from django.db import connection
+from django.db.models import OuterRef
 
-from ledger.models import Effect
+from ledger.models import ApiToken, Effect
 from ledger.store.orm import OrmStore
 
 
@@ -16,6 +20,13 @@ class PostgresStore(OrmStore):
         two intents sharing a hash only wait for each other; nothing is ever let through."""
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", [intent, workflow_id])
+
+    def token_read(self, key_hash: str) -> tuple[ApiToken | None, list[str]]:
+        """One statement: the token, its user and the user's group names (an array subquery)."""
+        names = Group.objects.filter(user=OuterRef("user_id")).values("name")
+        token = (ApiToken.objects.select_related("user").annotate(group_names=ArraySubquery(names))
+                 .filter(key_hash=key_hash).first())
+        return (token, token.group_names) if token is not None else (None, [])
 
     def effect_insert(self, effect: Effect) -> bool:
         """``INSERT … ON CONFLICT DO NOTHING``: one statement, no savepoint."""
