@@ -1,4 +1,4 @@
-"""The run page's drawing of the state machine, generated from ``ledger.machine``.
+"""The run page's drawing of the state machine, generated from ``ledger.domain.machine``.
 
 States sit on a fixed grid; every edge of ``machine.EDGES`` is a quadratic curve whose bend is
 chosen to clear the other boxes, and its label (the causes, plus the ledger ``seq`` of each
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from ledger import machine
+from ledger.domain import machine
 from ledger.models import TERMINAL_STATES
 
 GRID = {

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
 from ledger.models import Approval, Checkpoint, Effect, LedgerEvent, Run, Workflow
-from ledger.projection import effects_replay
+from ledger.domain.projection import effects_replay
 from ledger.services import GENESIS_HASH, event_compute_hash
 
 WORKFLOW_FIELDS = ("slug", "title", "stages", "effect_stages", "approval_stages", "policy_version",

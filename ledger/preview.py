@@ -10,7 +10,8 @@ import dataclasses
 
 from django.utils import timezone
 
-from ledger import recovery, services
+from ledger.domain import recovery
+from ledger import services
 from ledger.models import HOLDING_STATES, Run
 
 

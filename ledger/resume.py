@@ -15,7 +15,7 @@ from datetime import timezone as dt_timezone
 from django.utils import timezone
 
 from knowledge import selectors as knowledge_selectors
-from ledger import effects, recovery
+from ledger.domain import effects, recovery
 from ledger.models import Effect, Goal, Run
 from ledger.selectors import checkpoint_latest
 from stateboard.errors import Invalid

@@ -9,6 +9,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from knowledge.selectors import knowledge_metrics
+from ledger.domain import projection
 from ledger.filters import OncallRunFilter, RunFilter, id_prefix_q
 from ledger.models import (HOLDING_STATES, STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
                            Notification, ReplayEval, Run, Workflow)
@@ -434,3 +435,20 @@ def approval_packs(*, approvals) -> dict:
 
 def policy_history(*, workflow, limit: int = 50):
     return AuditEntry.objects.filter(action="policy_bump", target=workflow.slug).order_by("-at", "-id")[:limit]
+
+
+def effects_rebuild_diff() -> list[str]:
+    """Compare stored effects with a replay of the whole ledger; [] means they are equal."""
+    runs = {str(r[0]): (r[1], r[2], r[3]) for r in Run.objects.values_list("id", "workflow_id", "intent",
+                                                                             "input_fingerprint")}
+    stages = {w.id: set(w.effect_stages) for w in Workflow.objects.all()}
+    replayed = projection.effects_replay(LedgerEvent.objects.order_by("id").iterator(chunk_size=5000), runs, stages)
+    stored = {e.idempotency_key: {"stage": e.stage, "run": str(e.run_id), "status": e.status, "system": e.system,
+                                  "operation": e.operation, "reference": e.reference, "attempts": e.attempts}
+              for e in Effect.objects.all()}
+    diffs = []
+    for key in sorted(set(replayed) | set(stored)):
+        a, b = replayed.get(key), stored.get(key)
+        if a != b:
+            diffs.append(f"{key}: ledger={a} stored={b}")
+    return diffs

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger import authorizers, selectors, services
-from ledger.machine import ROLLBACK_STATES
+from ledger.domain.machine import ROLLBACK_STATES
 from ledger.models import LedgerEvent, Run
 from stateboard.roles import allowed
 from stateboard.policy import ANY, Policy, page

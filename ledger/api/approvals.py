@@ -8,7 +8,8 @@ from rest_framework.response import Response
 from ledger import authorizers, selectors, services
 from ledger.api.common import (NewestFirstCursor, PolicyListApi, ReasonInputSerializer, agents_of_run,
                                approval_of_path, body_of, validated)
-from ledger.api.components import ApprovalRequestSerializer, operation
+from ledger.api.components import ApprovalRequestSerializer
+from stateboard.openapi import operation
 from ledger.api.operations import OPS
 from ledger.api.shapes import ApprovalOutputSerializer
 from ledger.filters import StrictFilterBackend

@@ -5,7 +5,8 @@ from rest_framework.response import Response
 
 from ledger import authorizers, selectors, services
 from ledger.api.common import agents_of_run, body_of, run_get
-from ledger.api.components import CheckpointPayloadSerializer, CheckpointSerializer, operation
+from ledger.api.components import CheckpointPayloadSerializer, CheckpointSerializer
+from stateboard.openapi import operation
 from ledger.api.operations import OPS
 from ledger.api.shapes import checkpoint_body
 from stateboard.errors import NotFound

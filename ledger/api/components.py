@@ -14,12 +14,11 @@ from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer
 from rest_framework import serializers
 
 from ledger import services
-from ledger.models import STAGE_OUTCOME_KINDS, Approval, Checkpoint
-from stateboard.openapi import (  # noqa: F401  (re-exported for ledger.api's resource modules)
-    AUTH_CODES, BODY_CODES, STATUS_WORDS, ErrorSerializer, Op, error_codes, named, one_or_many, operation, page_of)
+from ledger.domain.kinds import AGENT_KINDS
+from ledger.models import Approval, Checkpoint
 
-# What an agent may post (ledger.services.events: stage outcomes, corrections, and the approved compensation).
-AGENT_EVENT_KINDS = sorted(STAGE_OUTCOME_KINDS | {"corrected", "compensated"})
+# What an agent may post (ledger.domain.kinds: stage outcomes, corrections, and the approved compensation).
+AGENT_EVENT_KINDS = sorted(AGENT_KINDS)
 DECISION_OUTCOMES = ["fresh", "resume", "verify_only", "noop", "escalated"]
 BATCH_MAX = 100
 

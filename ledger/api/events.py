@@ -6,7 +6,8 @@ from rest_framework.response import Response
 
 from ledger import authorizers, selectors, services
 from ledger.api.common import PolicyListApi, SeqCursor, agents_of_run, json_object, run_get
-from ledger.api.components import EVENT_INPUT_OR_BATCH, one_or_many, operation
+from ledger.api.components import EVENT_INPUT_OR_BATCH
+from stateboard.openapi import one_or_many, operation
 from ledger.api.operations import OPS
 from ledger.api.shapes import EventOutputSerializer, event_body
 from stateboard.policy import ANY, Policy

@@ -6,7 +6,7 @@ from rest_framework.response import Response
 
 from ledger import services
 from ledger.api.common import agents_of_slug, body_of
-from ledger.api.components import operation, page_of
+from stateboard.openapi import operation, page_of
 from ledger.api.operations import OPS
 from ledger.models import Goal, Workflow
 from stateboard.errors import Invalid, NotFound

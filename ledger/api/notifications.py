@@ -7,7 +7,7 @@ from rest_framework.response import Response
 
 from ledger import selectors, services
 from ledger.api.common import NewestFirstCursor, PolicyListApi
-from ledger.api.components import operation
+from stateboard.openapi import operation
 from ledger.api.operations import OPS
 from ledger.models import Notification
 from stateboard.policy import ANY, Policy, PolicyApi

@@ -5,7 +5,7 @@ from rest_framework.response import Response
 
 from ledger import authorizers, services
 from ledger.api.common import ReasonInputSerializer, body_of, run_of_path, validated
-from ledger.api.components import operation
+from stateboard.openapi import operation
 from ledger.api.operations import OPS
 from ledger.api.shapes import ApprovalOutputSerializer, RunOutputSerializer, run_body
 from stateboard.policy import ANY, Policy, PolicyApi

@@ -3,7 +3,7 @@
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 from ledger.api import components
-from stateboard.openapi import TypedOutputFields, typed_schema  # noqa: F401  (typed_schema: re-exported)
+from stateboard.openapi import TypedOutputFields
 
 
 class HashedTokenScheme(OpenApiAuthenticationExtension):

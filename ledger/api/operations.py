@@ -7,7 +7,8 @@ operation also answers 401 ``not_authenticated`` / ``authentication_failed`` and
 ``body_too_large``.
 """
 
-from ledger.api.components import BATCH_MAX, Op, named
+from ledger.api.components import BATCH_MAX
+from stateboard.openapi import Op, named
 
 RUN_404 = {404: ["run_not_found", "not_found"]}
 LIST_400 = {400: ["invalid_filter"], 404: ["not_found"]}  # a filter that does not parse; a bad cursor

@@ -7,7 +7,8 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework.response import Response
 
 from ledger import resume, selectors
-from ledger.api.components import ResumePacketSerializer, operation
+from ledger.api.components import ResumePacketSerializer
+from stateboard.openapi import operation
 from ledger.api.operations import OPS
 from stateboard.errors import Invalid, NotFound
 from stateboard.policy import ANY, Policy, PolicyApi

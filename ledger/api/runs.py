@@ -11,7 +11,8 @@ from rest_framework.response import Response
 from ledger import authorizers, selectors, services
 from ledger.api.common import (NewestFirstCursor, PolicyListApi, agents_of_body_workflow, agents_of_lease, body_of,
                                run_get, validated)
-from ledger.api.components import ChainReportSerializer, operation
+from ledger.api.components import ChainReportSerializer
+from stateboard.openapi import operation
 from ledger.api.operations import OPS
 from ledger.api.shapes import RunDetailOutputSerializer, RunOutputSerializer, run_body
 from ledger.filters import RunFilter, StrictFilterBackend

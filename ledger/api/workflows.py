@@ -5,7 +5,7 @@ from rest_framework.response import Response
 
 from ledger import authorizers, services
 from ledger.api.common import body_of, validated
-from ledger.api.components import operation, page_of
+from stateboard.openapi import operation, page_of
 from ledger.api.operations import OPS
 from ledger.api.shapes import WorkflowOutputSerializer
 from ledger.models import Workflow

@@ -5,19 +5,18 @@
 - ``goals``: an intent's goal versions and the stage generations of rollbacks (SPEC §10);
 - ``ops``: the product's own bookkeeping: notifications, the outbox, replay results, saved views.
 
-Submodules import each other directly (``ledger.models.runs``), never this package.
+Submodules import each other directly (``ledger.models.runs``), never this package. The state groups
+and event kinds are the domain's (``ledger.domain``); they are named here too, for the models' users.
 """
 
+from ledger.domain.kinds import STAGE_OUTCOME_KINDS, EventKind
+from ledger.domain.machine import HOLDING_STATES, LEASED_STATES, TERMINAL_STATES, RunState
 from ledger.models.goals import Goal, StageGeneration
 from ledger.models.ops import Notification, Outbox, ReplayEval, SavedView
 from ledger.models.runs import (
     DEFAULT_APPROVAL_STAGES,
     DEFAULT_EFFECT_STAGES,
     DEFAULT_STAGES,
-    HOLDING_STATES,
-    LEASED_STATES,
-    STAGE_OUTCOME_KINDS,
-    TERMINAL_STATES,
     Agent,
     ApiToken,
     Approval,
@@ -25,10 +24,8 @@ from ledger.models.runs import (
     Checkpoint,
     Effect,
     EffectStatus,
-    EventKind,
     LedgerEvent,
     Run,
-    RunState,
     Trigger,
     Workflow,
     append_only_triggers,

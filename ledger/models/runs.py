@@ -9,6 +9,8 @@ from django.db import models
 from django.db.models import JSONField, Q, Value
 
 from stateboard.db import append_only_triggers as shared_append_only_triggers
+from ledger.domain.kinds import EventKind
+from ledger.domain.machine import HOLDING_STATES, TERMINAL_STATES, RunState
 
 DEFAULT_STAGES = ["discovery", "assessment", "draft", "build", "commit", "push", "deploy", "verify"]
 DEFAULT_EFFECT_STAGES = ["commit", "push", "deploy"]
@@ -88,37 +90,6 @@ class Workflow(models.Model):
 
     def __str__(self):
         return self.slug
-
-
-class RunState(models.TextChoices):
-    CAPTURED = "captured"
-    RESTORE = "restore"
-    COMPARE = "compare"
-    FRESH = "fresh"
-    RESUME = "resume"
-    VERIFY_ONLY = "verify_only"
-    NOOP = "noop"
-    ESCALATED = "escalated"
-    EXECUTE = "execute"
-    CHECKPOINTED = "checkpointed"
-    FAILED = "failed"
-    COMPLETED = "completed"
-    AWAITING_APPROVAL = "awaiting_approval"
-    VERIFY = "verify"
-    COMPENSATE = "compensate"
-    COMPENSATED = "compensated"
-    ABANDONED = "abandoned"
-
-
-TERMINAL_STATES = frozenset({"completed", "noop", "compensated", "abandoned", "failed"})
-# States in which a run holds its intent: at most one run per (workflow, intent).
-HOLDING_STATES = (
-    "captured", "restore", "compare", "fresh", "resume", "verify_only", "execute",
-    "checkpointed", "verify", "awaiting_approval", "compensate",
-)
-# States whose lease can expire (a run in `compensate` waits for on-call; while a high-impact
-# request is pending its lease is cleared, so it cannot expire while a human decides).
-LEASED_STATES = tuple(s for s in HOLDING_STATES if s != "compensate")
 
 
 class Trigger(models.TextChoices):
@@ -206,33 +177,6 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
-
-
-class EventKind(models.TextChoices):
-    STARTED = "started"
-    PROPOSED = "proposed"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-    VERIFIED = "verified"
-    UNKNOWN = "unknown"
-    DECIDED = "decided"
-    TRANSITION = "transition"
-    CHECKPOINTED = "checkpointed"
-    APPROVAL_REQUESTED = "approval_requested"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    COMPENSATED = "compensated"
-    RETRIED = "retried"
-    ABANDONED = "abandoned"
-    EXPIRED = "expired"
-    CORRECTED = "corrected"
-    LEASED = "leased"
-    ROLLED_BACK = "rolled_back"
-    GOAL_CHANGED = "goal_changed"
-
-
-STAGE_OUTCOME_KINDS = frozenset({"started", "proposed", "succeeded", "failed", "skipped", "verified", "unknown"})
 
 
 class LedgerEvent(models.Model):

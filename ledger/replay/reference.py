@@ -1,6 +1,6 @@
 """A reference model of the recovery decision, written from the text of SPEC §3.
 
-It deliberately imports nothing from ``ledger.recovery`` or ``ledger.services``: it is an observer
+It deliberately imports nothing from ``ledger.domain.recovery`` or ``ledger.services``: it is an observer
 outside the product that writes down what an episode did (runs triggered, stage events accepted,
 agents that died) and says, from the SPEC's rules alone, what the next decision must be.
 

@@ -8,7 +8,8 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import authorizers, recovery
+from ledger.domain import recovery
+from ledger import authorizers
 from ledger.models import Approval, EventKind, LedgerEvent, Run
 from ledger.services.escalations import escalation_raise
 from ledger.services.notifications import approval_notify

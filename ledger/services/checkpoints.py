@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from ledger import recovery
+from ledger.domain import recovery
 from ledger.models import TERMINAL_STATES, Checkpoint, Run
 from ledger.services.writer import illegal, lease_require, run_lock, run_spec, stage_status
 from stateboard.canonical import canonical_json

@@ -9,8 +9,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from knowledge import services as knowledge_services
-from ledger import effects, recovery
-from ledger.models import STAGE_OUTCOME_KINDS, TERMINAL_STATES, Approval, Effect, EventKind, LedgerEvent, Run
+from ledger.domain import effects, recovery
+from ledger.domain.kinds import AGENT_KINDS
+from ledger.models import TERMINAL_STATES, Approval, Effect, EventKind, LedgerEvent, Run
 from ledger.services.approvals import action_validate, permit_find, permit_spend
 from ledger.services.checkpoints import server_checkpoint
 from ledger.services.goals import goal_catch_up
@@ -25,7 +26,6 @@ from stateboard.canonical import canonical_json, digest
 from stateboard.errors import Conflict, Invalid
 from stateboard.moments import parse_moment
 
-AGENT_KINDS = STAGE_OUTCOME_KINDS | {"corrected"}
 
 # ---------------------------------------------------------------- events
 
@@ -122,7 +122,7 @@ class _Append:
         return bool(key) and self._effects().filter(idempotency_key=key, status__in=effects.UNVERIFIED).exists()
 
     def effect_move(self, event: LedgerEvent, *, ref: dict | None = None) -> str | None:
-        """Move this stage's effect as ``ledger.effects.effect_next`` says (one UPDATE); its key, or None."""
+        """Move this stage's effect as ``ledger.domain.effects.effect_next`` says (one UPDATE); its key, or None."""
         key = self.effect_key()
         target, sources = effects.effect_moves(self.kind, run_state=self.run.state, reason_code=event.reason_code)
         if not key or target is None:
@@ -325,7 +325,7 @@ def _validate_event_body(run: Run, body: dict) -> tuple[str, str]:
     kind, stage = body.get("kind"), body.get("stage") or ""
     if not isinstance(kind, str) or kind not in _EVENT_KINDS:
         raise Invalid("unknown_kind", f"Unknown event kind {kind!r}.")
-    if kind not in AGENT_KINDS and kind != "compensated":
+    if kind not in AGENT_KINDS:
         raise Invalid("kind_reserved", f"Kind {kind!r} is written by Stateboard itself, not posted.")
     if not isinstance(stage, str) or (stage not in run.workflow.stages and not (kind == "corrected" and stage == "")):
         raise Invalid("unknown_stage", f"Stage {stage!r} is not a stage of workflow {run.workflow.slug!r}.")

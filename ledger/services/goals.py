@@ -11,8 +11,8 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import effects
-from ledger.machine import GOAL_CHANGE_STATES
+from ledger.domain import effects
+from ledger.domain.machine import GOAL_CHANGE_STATES
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, Goal, Run, Workflow
 from ledger.services.escalations import escalation_raise
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather

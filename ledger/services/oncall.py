@@ -7,7 +7,8 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import authorizers, effects
+from ledger.domain import effects
+from ledger import authorizers
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, Run
 from ledger.services.escalations import escalation_close, escalation_raise
 from ledger.services.goals import goal_latest_adopt

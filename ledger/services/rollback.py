@@ -14,8 +14,9 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import authorizers, effects
-from ledger.machine import ROLLBACK_STATES
+from ledger.domain import effects
+from ledger import authorizers
+from ledger.domain.machine import ROLLBACK_STATES
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, LedgerEvent, Run
 from ledger.services.checkpoints import server_checkpoint
 from ledger.services.escalations import escalation_close, escalation_raise

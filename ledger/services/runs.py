@@ -10,7 +10,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from knowledge.selectors import store_version as knowledge_store_version
-from ledger import recovery, selectors
+from ledger.domain import recovery
+from ledger import selectors
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, Trigger, Workflow
 from ledger.schedules import SLOT_FORMAT
 from ledger.services.escalations import escalation_raise

@@ -14,7 +14,7 @@ from datetime import timezone as dt_timezone
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 
-from ledger import machine, recovery
+from ledger.domain import machine, recovery
 from ledger.store import store
 from ledger.models import LEASED_STATES, TERMINAL_STATES, EventKind, LedgerEvent, Run, Workflow
 from stateboard.canonical import canonical_json, digest, sha256_hex
@@ -95,7 +95,7 @@ class RunWriter:
 
     def transition(self, to: str, reason_code: str = "", *, cause: str, actor: str | None = None,
                    **data) -> LedgerEvent:
-        """Move the run along one edge of ``ledger.machine.TRANSITIONS``; any other move is refused."""
+        """Move the run along one edge of ``ledger.domain.machine.TRANSITIONS``; any other move is refused."""
         run = self.run
         if not machine.allowed(run.state, cause, to):
             raise Conflict("illegal_transition", f"The run cannot move from {run.state!r} to {to!r} ({cause}).",

@@ -17,7 +17,8 @@ def decision_read_path(workflow_slug: str, intent: str, inputs: dict, env: str =
     """What a trigger reads to decide (no lock, no write): workflow, holding runs, L2/L3, decision."""
     from django.utils import timezone
 
-    from ledger import recovery, services
+    from ledger.domain import recovery
+    from ledger import services
     from ledger.models import Workflow
 
     workflow = Workflow.objects.get(slug=workflow_slug)

@@ -2,7 +2,8 @@
 
 import itertools
 
-from ledger import drawing, machine
+from ledger.domain import machine
+from ledger import drawing
 
 
 def _overlaps(a, b) -> bool:

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from ledger import services
 from ledger.models import Run
-from ledger.projection import effects_rebuild_diff
+from ledger.selectors import effects_rebuild_diff
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import EVIDENCE, AgentDriver
 

@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from ledger.models import Effect, LedgerEvent, Run
-from ledger.projection import effects_rebuild_diff
+from ledger.selectors import effects_rebuild_diff
 from tests.factories import client_for, make_agent, make_workflow
 from tests.ledger.helpers import EVIDENCE, AgentDriver
 

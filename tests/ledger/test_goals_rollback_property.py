@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from ledger import services
 from ledger.models import Approval, Effect, Goal, Run
-from ledger.projection import effects_rebuild_diff
-from ledger.recovery import WorkflowSpec, first_not_done, stage_done
+from ledger.selectors import effects_rebuild_diff
+from ledger.domain.recovery import WorkflowSpec, first_not_done, stage_done
 from stateboard.errors import DomainError
 from tests.factories import make_operator, make_workflow
 

@@ -3,7 +3,7 @@
 import pytest
 from django.utils import timezone
 
-from ledger import effects, machine
+from ledger.domain import effects, machine
 from ledger.models import RunState
 from ledger.services import RunWriter
 from stateboard.errors import Conflict

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.recovery import (
+from ledger.domain.recovery import (
     CheckpointInfo,
     EffectInfo,
     OtherRun,

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import services
-from ledger.machine import TRANSITIONS
+from ledger.domain.machine import TRANSITIONS
 from ledger.models import Effect, LedgerEvent, Run
 from stateboard.errors import DomainError
 from tests.factories import make_workflow
@@ -101,7 +101,7 @@ class World:
                 self.append(stage, "succeeded")
             return
         stage = run.decision.get("resume_from") if run.state in ("fresh", "resume") else None
-        from ledger.recovery import WorkflowSpec, first_not_done
+        from ledger.domain.recovery import WorkflowSpec, first_not_done
 
         spec = WorkflowSpec(tuple(self.workflow.stages), frozenset(self.workflow.effect_stages))
         stage = first_not_done(spec, {s: e["status"] for s, e in run.stage_states.items()})
@@ -146,7 +146,7 @@ def test_random_histories_never_execute_an_effect_twice(actions):
     # Closing: one more trigger applies the decision invariants to the final state.
     world.crash()
     world.trigger()
-    from ledger.projection import effects_rebuild_diff
+    from ledger.selectors import effects_rebuild_diff
 
     assert effects_rebuild_diff() == []
     taken = {(e.data["from"], e.data["cause"], e.data["to"])

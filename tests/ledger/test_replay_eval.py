@@ -106,7 +106,7 @@ def test_replay_eval_passes_records_accuracy_and_metrics_show_it(client):
 @pytest.mark.django_db
 def test_replay_eval_fails_when_one_recovery_rule_is_broken(monkeypatch):
     """Mutation: rule 3 answering `fresh` instead of `verify_only` makes replay_eval exit non-zero."""
-    from ledger import recovery
+    from ledger.domain import recovery
 
     original = recovery.recovery_decide
 

@@ -3,7 +3,7 @@
 import pytest
 
 from ledger.models import Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run
-from ledger.projection import effects_rebuild_diff
+from ledger.selectors import effects_rebuild_diff
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import EVIDENCE, AgentDriver
 

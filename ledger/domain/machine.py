@@ -10,14 +10,43 @@ move that is not in ``TRANSITIONS``, so the table is the one home of the rule.
 
 from __future__ import annotations
 
-from ledger.models import HOLDING_STATES, TERMINAL_STATES, RunState
+from django.db.models import TextChoices
+
+
+class RunState(TextChoices):
+    CAPTURED = "captured"
+    RESTORE = "restore"
+    COMPARE = "compare"
+    FRESH = "fresh"
+    RESUME = "resume"
+    VERIFY_ONLY = "verify_only"
+    NOOP = "noop"
+    ESCALATED = "escalated"
+    EXECUTE = "execute"
+    CHECKPOINTED = "checkpointed"
+    FAILED = "failed"
+    COMPLETED = "completed"
+    AWAITING_APPROVAL = "awaiting_approval"
+    VERIFY = "verify"
+    COMPENSATE = "compensate"
+    COMPENSATED = "compensated"
+    ABANDONED = "abandoned"
+
+
+TERMINAL_STATES = frozenset({"completed", "noop", "compensated", "abandoned", "failed"})
+# States in which a run holds its intent: at most one run per (workflow, intent).
+HOLDING_STATES = (
+    "captured", "restore", "compare", "fresh", "resume", "verify_only", "execute",
+    "checkpointed", "verify", "awaiting_approval", "compensate",
+)
+# States whose lease can expire (a run in `compensate` waits for on-call; while a high-impact
+# request is pending its lease is cleared, so it cannot expire while a human decides).
+LEASED_STATES = tuple(s for s in HOLDING_STATES if s != "compensate")
 
 S = RunState
 
 # States a decision can land in (SPEC §3).
 DECIDED_STATES = (S.FRESH, S.RESUME, S.VERIFY_ONLY, S.NOOP, S.ESCALATED)
-# States in which a run can be moved to `failed` because its lease ran out (or it was never leased).
-EXPIRABLE_STATES = tuple(s for s in HOLDING_STATES if s not in (S.COMPENSATE,))
 # Finished (or held-for-a-human) states that a rollback can reopen (SPEC §10.2).
 ROLLBACK_STATES = (S.COMPLETED, S.FAILED, S.ESCALATED, S.ABANDONED, S.COMPENSATED)
 # States between stages that a goal change moves back to `restore` (SPEC §10.1).
@@ -94,7 +123,7 @@ TRANSITIONS: frozenset[tuple[str, str, str]] = frozenset({
     *((state, "rolled_back", S.COMPENSATE) for state in ROLLBACK_STATES),
     (S.COMPENSATE, "compensated", S.RESTORE),
     # the lease ran out: the agent died (or no agent leased a queued run)
-    *((state, "lease_expired", S.FAILED) for state in EXPIRABLE_STATES),
+    *((state, "lease_expired", S.FAILED) for state in LEASED_STATES),
 })
 
 EDGES: frozenset[tuple[str, str]] = frozenset((a, b) for a, _, b in TRANSITIONS)

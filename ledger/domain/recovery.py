@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
-from ledger.effects import UNDONE, UNVERIFIED
+from ledger.domain.effects import UNDONE, UNVERIFIED
 
 
 @dataclass(frozen=True)

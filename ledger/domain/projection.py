@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ledger.effects import effect_next
-from ledger.models import Effect, LedgerEvent, Run
+from ledger.domain.effects import effect_next
 
 COMPARED_FIELDS = ("stage", "run", "status", "system", "operation", "reference", "attempts")
 
 
-def effects_replay(events: Iterable[LedgerEvent], runs: dict, effect_stages: dict) -> dict[str, dict]:
+def effects_replay(events: Iterable, runs: dict, effect_stages: dict) -> dict[str, dict]:
     """Replay events (in insertion order) into {idempotency_key: effect fields}.
 
     ``runs`` maps run id → (workflow id, intent, input_fingerprint); ``effect_stages`` maps
@@ -53,22 +52,3 @@ def effects_replay(events: Iterable[LedgerEvent], runs: dict, effect_stages: dic
     for effect in effects.values():
         effect.pop("scope", None)
     return effects
-
-
-def effects_rebuild_diff() -> list[str]:
-    """Compare stored effects with a replay of the whole ledger; [] means they are equal."""
-    from ledger.models import Workflow
-
-    runs = {str(r[0]): (r[1], r[2], r[3]) for r in Run.objects.values_list("id", "workflow_id", "intent",
-                                                                             "input_fingerprint")}
-    stages = {w.id: set(w.effect_stages) for w in Workflow.objects.all()}
-    replayed = effects_replay(LedgerEvent.objects.order_by("id").iterator(chunk_size=5000), runs, stages)
-    stored = {e.idempotency_key: {"stage": e.stage, "run": str(e.run_id), "status": e.status, "system": e.system,
-                                  "operation": e.operation, "reference": e.reference, "attempts": e.attempts}
-              for e in Effect.objects.all()}
-    diffs = []
-    for key in sorted(set(replayed) | set(stored)):
-        a, b = replayed.get(key), stored.get(key)
-        if a != b:
-            diffs.append(f"{key}: ledger={a} stored={b}")
-    return diffs

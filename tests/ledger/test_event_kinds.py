@@ -1,0 +1,59 @@
+"""Every event kind, declared once (``ledger.domain.kinds.KINDS``), has all it needs (zulip's
+``test_events`` idea): a handler if agents post it, the transitions it causes, its schema entry, and
+the client's support; a kind Stateboard writes is refused when posted."""
+
+import inspect
+
+import pytest
+
+from ledger.api.components import AGENT_EVENT_KINDS
+from ledger.domain import machine
+from ledger.domain.kinds import AGENT_KINDS, KINDS, EventKind
+from ledger.services import events
+from stateboard import client
+from tests.factories import client_for, make_agent, make_workflow
+from tests.ledger.helpers import AgentDriver
+
+TRANSITION_CAUSES = {cause for _, cause, _ in machine.TRANSITIONS}
+
+
+def test_every_kind_is_declared_once():
+    assert set(KINDS) == set(EventKind.values)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_each_kind_has_its_handler_causes_and_schema(kind):
+    spec = KINDS[kind]
+    assert set(spec.causes) <= TRANSITION_CAUSES, f"{kind}: a cause the state machine does not know"
+    if spec.agent_postable:
+        assert kind in events._HANDLERS, f"{kind}: agents post it, but no handler applies it"
+        assert kind in AGENT_EVENT_KINDS, f"{kind}: missing from the OpenAPI schema's event kinds"
+    else:
+        assert kind not in AGENT_EVENT_KINDS
+
+
+def test_every_transition_cause_that_names_a_kind_is_declared_by_it():
+    for cause in TRANSITION_CAUSES & set(KINDS):
+        assert cause in KINDS[cause].causes, f"{cause}: TRANSITIONS use it, KINDS[{cause!r}] does not declare it"
+
+
+def test_the_handlers_are_exactly_the_agent_kinds():
+    assert set(events._HANDLERS) == AGENT_KINDS
+
+
+def test_the_client_posts_every_agent_kind():
+    """``Run.event(stage, kind)`` is the client's one way to post; the stage helper covers the outcomes."""
+    assert "kind" in inspect.signature(client.Run.event).parameters
+    helper = inspect.getsource(client.StageHandle)
+    for kind in ("failed", "skipped", "unknown", "succeeded"):
+        assert f'"{kind}"' in helper, kind
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", sorted(set(KINDS) - AGENT_KINDS))
+def test_a_kind_stateboard_writes_is_refused_when_an_agent_posts_it(kind):
+    wf = make_workflow(stages=["build"], effect_stages=[], approval_stages=[])
+    driver = AgentDriver(client_for(make_agent()[1]), wf.slug)
+    run = driver.trigger()
+    refused = driver.event(run["id"], "build", kind, expect=422)
+    assert refused["code"] == "kind_reserved"
