@@ -25,7 +25,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("prefs/time/", views.time_mode, name="time_mode"),
     path("admin/", admin.site.urls),
-    path("", include("ledger.urls")),
+    path("", include("ledger.web.urls")),
     path("", include("knowledge.urls")),
     path("", views.dashboard, name="dashboard"),
 ]

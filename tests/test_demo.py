@@ -32,7 +32,7 @@ def test_demo_once_produces_every_promised_fault(live_server, capsys):
 def test_demo_setup_twice_changes_nothing_but_tokens():
     """A second setup keeps the users, workflows and claims as they were and issues working tokens."""
     from knowledge.models import Claim
-    from ledger.demo.setup import demo_setup
+    from ledger.ops.demo.setup import demo_setup
     from ledger.models import Workflow
 
     first = demo_setup(agents=2)
@@ -48,8 +48,8 @@ def test_demo_check_fails_on_a_missing_fault_or_a_broken_scenario():
     """The end-of-pass check names every promised fault not produced and every scenario error."""
     from django.utils import timezone
 
-    from ledger.demo.fleet import summarize
-    from ledger.demo.scenarios import PROMISED
+    from ledger.ops.demo.fleet import summarize
+    from ledger.ops.demo.scenarios import PROMISED
 
     records = [{"scenario": "publish", "fault": "duplicate_trigger", "run": None},
                {"scenario": "env_change", "error": "StateboardError: 409 illegal_transition"}]

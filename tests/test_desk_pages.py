@@ -3,7 +3,8 @@
 import pytest
 from django.urls import reverse
 
-from ledger import preview, services
+from ledger import services
+from ledger.web import preview
 from ledger.models import Approval, LedgerEvent, Run
 from tests.browser.scenarios import (
     EVIDENCE, agent_driver, approval_workflow, awaiting_approval_run, escalated_run, escalation_workflow,

@@ -10,7 +10,7 @@ from django.urls import reverse
 from knowledge import services as knowledge_services
 from ledger import services
 from ledger.models import AuditEntry, SavedView, Workflow
-from ledger.views.workflows import next_ticks
+from ledger.web.workflows import next_ticks
 from tests.browser.scenarios import agent_driver, escalated_run, escalation_workflow
 from tests.factories import HX, assert_queries_flat, login, make_operator, make_workflow, page_queries, texts
 from tests.knowledge.conftest import proposal

@@ -79,7 +79,7 @@ def test_run_page_has_permalinks_durations_and_seq_numbers_on_the_path():
     seqs = list(LedgerEvent.objects.filter(run_id=run["id"], kind="transition").values_list("seq", flat=True))
     for seq in seqs:
         assert f"#{seq}" in html  # the drawing labels taken edges with the transition's seq
-    assert "STATE_EDGES" not in open("ledger/views/runs.py").read()
+    assert "STATE_EDGES" not in open("ledger/web/runs.py").read()
 
 
 def test_run_page_evidence_previews_claim_links_images_and_redaction():

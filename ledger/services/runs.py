@@ -13,7 +13,7 @@ from knowledge.selectors import store_version as knowledge_store_version
 from ledger.domain import recovery
 from ledger import selectors
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, Trigger, Workflow
-from ledger.schedules import SLOT_FORMAT
+from ledger.ops.schedules import SLOT_FORMAT
 from ledger.services.escalations import escalation_raise
 from ledger.services.versions import goal_latest_version
 from ledger.services.writer import (RunWriter, input_fingerprint, intent_lock, lease_expired, lease_fail, run_lock,

@@ -10,9 +10,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from ledger import authorizers
-from ledger.executor import HandlerConfigError, handler_for
+from ledger.ops.executor import HandlerConfigError, handler_for
 from ledger.models import Workflow
-from ledger.schedules import periodic_tasks_ensure, schedule_problem
+from ledger.ops.schedules import periodic_tasks_ensure, schedule_problem
 from ledger.services.audit import audit_record
 from stateboard.errors import Conflict, Invalid, NotFound
 

@@ -1,4 +1,4 @@
-"""The benchmark's HTTP/1.1 load generator (``stateboard.bench.appends._Http``) against a real local server:
+"""The benchmark's HTTP/1.1 load generator (``ledger.ops.bench.appends._Http``) against a real local server:
 what it reads is what the server sent, whatever the framing, and a refused answer stops the benchmark."""
 
 import json
@@ -8,8 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from stateboard.bench.appends import _Http
-from stateboard.bench.common import BenchError
+from ledger.ops.bench.appends import _Http
+from ledger.ops.bench.common import BenchError
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -5,7 +5,7 @@ import io
 import pytest
 
 from knowledge.models import Claim, ClaimHead, GateDecision
-from stateboard.bench import knowledge as bench
+from ledger.ops.bench import knowledge as bench
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 from knowledge.models import Claim, ClaimHead
 from ledger import selectors, services
 from ledger.models import Checkpoint, Effect, LedgerEvent, Run
-from stateboard.bench import loader
+from ledger.ops.bench import loader
 
 pytestmark = pytest.mark.django_db
 

@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from stateboard.bench import sweeps as bench
+from ledger.ops.bench import sweeps as bench
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,7 +25,7 @@ def test_bench_leases_leases_every_queued_run_once():
     from django.db import connection
     from django.utils import timezone
 
-    from stateboard.bench import leases
+    from ledger.ops.bench import leases
 
     service = leases.measure_service(40, 4, tag="smoke", now=timezone.now())
     raw = leases.measure_raw(40, 4)

@@ -3,7 +3,7 @@
 import itertools
 
 from ledger.domain import machine
-from ledger import drawing
+from ledger.web import drawing
 
 
 def _overlaps(a, b) -> bool:

@@ -1,5 +1,5 @@
 """``python manage.py bench ledger|knowledge|sweeps|pages|agents|instructions``: print throughput and latency figures
-(the benchmarks live in ``stateboard.bench``).
+(the benchmarks live in ``ledger.ops.bench``).
 
 The ledger bench needs PostgreSQL. It creates its own scratch database on the same
 server (``stateboard_bench`` unless ``--db-name``), migrates it, measures, and drops it
@@ -20,7 +20,7 @@ class Command(BaseCommand):
         "--keep), migrates it and measures: event appends/s through the service layer (1 and N clients) "
         "and through the HTTP API (granian as `up` runs it, and gunicorn; N clients) beside raw psycopg INSERT+COMMIT, checkpoint "
         "save+load/s, and the recovery decision p50/p95 with 10k and 1M ledger events loaded in bulk. "
-        "Takes about 5-10 minutes at --scale 1. 'knowledge' runs stateboard.bench.knowledge in the same "
+        "Takes about 5-10 minutes at --scale 1. 'knowledge' runs ledger.ops.bench.knowledge in the same "
         "kind of scratch database; 'sweeps' the stale-claim, checkpoint-prune and retention sweeps over "
         "100,000 rows each (--scale scales them), with rows/s and the longest lock-holding batch, and 10,000 "
         "queued runs leased by 4 agents beside raw SKIP LOCKED; 'pages' the operator pages' p50/p95 server "
@@ -50,8 +50,8 @@ class Command(BaseCommand):
                             help="instructions: operations counted per loop (after a warm-up of 50)")
 
     def handle(self, *args, **options):
-        from stateboard.bench import agents, instructions, knowledge, ledger, pages, sweeps
-        from stateboard.bench.common import BenchError, Out, scratch_database
+        from ledger.ops.bench import agents, instructions, knowledge, ledger, pages, sweeps
+        from ledger.ops.bench.common import BenchError, Out, scratch_database
 
         try:
             if options["target"] in ("knowledge", "sweeps", "pages"):

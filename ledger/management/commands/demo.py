@@ -29,10 +29,10 @@ class Command(BaseCommand):
         parser.add_argument("--pause", type=float, default=45.0, help="seconds between rounds of the living fleet")
 
     def handle(self, *args, url, agents, once, pause, **options):
-        from ledger.demo import WORKFLOWS
-        from ledger.demo.fleet import Fleet, round_tag, summarize
-        from ledger.demo.scenarios import SCENARIOS
-        from ledger.demo.setup import demo_setup
+        from ledger.ops.demo import WORKFLOWS
+        from ledger.ops.demo.fleet import Fleet, round_tag, summarize
+        from ledger.ops.demo.scenarios import SCENARIOS
+        from ledger.ops.demo.setup import demo_setup
         from ledger.models import Workflow
 
         if agents < 1:

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_date, parse_datetime
 
-from ledger.portability import export_lines
+from ledger.ops.portability import export_lines
 
 
 def _moment(value: str):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger.portability import ImportRefused, import_file
+from ledger.ops.portability import ImportRefused, import_file
 
 
 class Command(BaseCommand):

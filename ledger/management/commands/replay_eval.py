@@ -1,7 +1,7 @@
 """``python manage.py replay_eval [--episodes 200] [--seed S]``: recovery accuracy on replay (SPEC §7).
 
-Plays randomized fault-injected episodes through the API (``ledger.replay.episodes``), compares every
-decision with the independent reference model (``ledger.replay.reference``), prints the figures,
+Plays randomized fault-injected episodes through the API (``ledger.ops.replay.episodes``), compares every
+decision with the independent reference model (``ledger.ops.replay.reference``), prints the figures,
 records them (``ReplayEval``, shown by ``/api/v1/metrics/`` and ``/metrics``) and fails when any effect
 ran twice, any completion is unverified, or any decision was wrong.
 """
@@ -27,7 +27,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         from ledger import selectors
         from ledger.models import ReplayEval
-        from ledger.replay.episodes import replay
+        from ledger.ops.replay.episodes import replay
 
         episodes = options["episodes"]
         if episodes < 1:

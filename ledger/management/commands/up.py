@@ -44,7 +44,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Database: {engine}; broker: {settings.CELERY_BROKER_URL.split('@')[-1]}")
         self.stdout.write("Applying migrations…")
         call_command("migrate", interactive=False, verbosity=0)
-        from ledger.schedules import periodic_tasks_ensure
+        from ledger.ops.schedules import periodic_tasks_ensure
 
         periodic_tasks_ensure()
         env = dict(os.environ)
@@ -56,7 +56,7 @@ class Command(BaseCommand):
             "web": web,
             "worker": [python, "-m", "celery", "-A", "stateboard", "worker", "--pool", "solo", "--loglevel", "INFO"],
             "beat": [python, "-m", "celery", "-A", "stateboard", "beat", "--loglevel", "INFO",
-                     "--scheduler", "ledger.beat:TickScheduler",
+                     "--scheduler", "ledger.ops.beat:TickScheduler",
                      "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
         }
         signal.signal(signal.SIGTERM, stop_on_sigterm)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 import uuid
 
-from stateboard.bench.appends import STREAM_STAGES, STREAM_WORKFLOW, plain_body, stream_workflow
-from stateboard.bench.common import Out, Report, Row, loadavg, percentile, ratio, verdict
-from stateboard.bench.loader import LedgerHistory
+from ledger.ops.bench.appends import STREAM_STAGES, STREAM_WORKFLOW, plain_body, stream_workflow
+from ledger.ops.bench.common import Out, Report, Row, loadavg, percentile, ratio, verdict
+from ledger.ops.bench.loader import LedgerHistory
 
 FULL_RUNS = 100_000
 FULL_EVENTS = 1_000_000

@@ -20,9 +20,9 @@ import random
 import time
 import uuid
 
-from stateboard.bench import appends
-from stateboard.bench.appends import CALLS_PER_RUN, EFFECT_STAGES, STREAM_STAGES
-from stateboard.bench.common import Out, Report, Row, loadavg, median, percentile, rate, ratio
+from ledger.ops.bench import appends
+from ledger.ops.bench.appends import CALLS_PER_RUN, EFFECT_STAGES, STREAM_STAGES
+from ledger.ops.bench.common import Out, Report, Row, loadavg, median, percentile, rate, ratio
 
 RESUME_WORKFLOW = "bench-resume"
 RESUME_SYSTEM = "bench-resume"
@@ -50,7 +50,7 @@ def _client_run(sb) -> None:
 
 
 def measure_client_runs(base: str, token: str, clients: int, duration: float):
-    from stateboard.bench.common import run_clients
+    from ledger.ops.bench.common import run_clients
     from stateboard.client import Client
 
     def prepare(i):
@@ -67,7 +67,7 @@ def _resume_setup(scale: float, say: Out):
 
     from ledger import services
     from ledger.identities import operator_create
-    from stateboard.bench.loader import analyze, claim_heads_build, claims_load
+    from ledger.ops.bench.loader import analyze, claim_heads_build, claims_load
 
     n_keys = max(20, int(FULL_CLAIMS * scale))
     started = time.perf_counter()

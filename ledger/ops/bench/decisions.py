@@ -9,8 +9,8 @@ import random
 import re
 import time
 
-from stateboard.bench.common import Out, median, percentile, plan_nodes
-from stateboard.bench.loader import ENV, IntentInfo, LedgerHistory
+from ledger.ops.bench.common import Out, median, percentile, plan_nodes
+from ledger.ops.bench.loader import ENV, IntentInfo, LedgerHistory
 
 
 def decision_read_path(workflow_slug: str, intent: str, inputs: dict, env: str = ENV):

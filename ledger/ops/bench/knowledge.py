@@ -22,8 +22,8 @@ from datetime import timedelta
 from django.db import connection
 from django.utils import timezone
 
-from stateboard.bench import loader
-from stateboard.bench.common import median, percentile, plan_nodes, raw_insert_rate, raw_table
+from ledger.ops.bench import loader
+from ledger.ops.bench.common import median, percentile, plan_nodes, raw_insert_rate, raw_table
 
 REPEATS = 5
 

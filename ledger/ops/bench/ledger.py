@@ -29,11 +29,11 @@ import os
 import time
 import uuid
 
-from stateboard.bench import agentpath, appends, decisions
-from stateboard.bench.appends import CALLS_PER_RUN, EFFECT_STAGES, STREAM_STAGES
-from stateboard.bench.common import (Out, Report, Row, loadavg, measure_raw, median, rate, ratio,
+from ledger.ops.bench import agentpath, appends, decisions
+from ledger.ops.bench.appends import CALLS_PER_RUN, EFFECT_STAGES, STREAM_STAGES
+from ledger.ops.bench.common import (Out, Report, Row, loadavg, measure_raw, median, rate, ratio,
                                      raw_table, scratch_database, verdict)
-from stateboard.bench.loader import LedgerHistory
+from ledger.ops.bench.loader import LedgerHistory
 
 TARGET_APPEND_MIN = 0.35  # a plain append through the service layer, against raw INSERT + COMMIT
 TARGET_APPEND_AIM = 0.50

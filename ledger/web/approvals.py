@@ -9,9 +9,9 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from ledger import authorizers, selectors, services
-from ledger.forms import ReasonForm, RequiredReasonForm
+from ledger.web.forms import ReasonForm, RequiredReasonForm
 from ledger.models import Approval
-from ledger.views.common import evidence_view, form_checked, inputs_diff
+from ledger.web.common import evidence_view, form_checked, inputs_diff
 from stateboard.policy import ANY, Policy, page
 
 HISTORY_ROWS = 50

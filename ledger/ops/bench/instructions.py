@@ -28,8 +28,8 @@ import time
 import uuid
 from pathlib import Path
 
-from stateboard.bench.agentpath import BATCH_SIZE
-from stateboard.bench.common import BenchError, Out, database_url
+from ledger.ops.bench.agentpath import BATCH_SIZE
+from ledger.ops.bench.common import BenchError, Out, database_url
 
 LOOPS = ("raw", "service", "http", "batch", "trigger")
 WARMUP = 50
@@ -41,8 +41,8 @@ def run(*, out, db_name: str, ops: int = 300) -> dict:
 
     from ledger import services
     from ledger.identities import agent_create
-    from stateboard.bench.agentpath import intents_workflow
-    from stateboard.bench.appends import STREAM_STAGES, _service_trigger, stream_workflow
+    from ledger.ops.bench.agentpath import intents_workflow
+    from ledger.ops.bench.appends import STREAM_STAGES, _service_trigger, stream_workflow
     from stateboard.roles import actor_for
 
     say = Out(out)
@@ -69,7 +69,7 @@ def run(*, out, db_name: str, ops: int = 300) -> dict:
         started = time.perf_counter()
         result = subprocess.run(
             [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out", sys.executable, "-m",
-             "stateboard.bench.instructions", str(spec)],
+             "ledger.ops.bench.instructions", str(spec)],
             cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=1800)
         if result.returncode != 0:
             raise BenchError(f"the callgrind run failed ({result.returncode}):\n{result.stderr[-3000:]}")
@@ -120,7 +120,7 @@ def _child(spec_path: str) -> None:
     import django
 
     django.setup()
-    from stateboard.bench.common import _RawWriter, raw_table
+    from ledger.ops.bench.common import _RawWriter, raw_table
     from stateboard.wsgi import application
 
     spec = json.loads(Path(spec_path).read_text())
@@ -135,8 +135,8 @@ def _child(spec_path: str) -> None:
 
 def _count_loops(control: str, raw_insert, runs: dict, actor: str, token: str, application, ops: int) -> None:
     from ledger import services
-    from stateboard.bench.agentpath import INTENTS, INTENTS_WORKFLOW
-    from stateboard.bench.appends import STREAM_STAGES, plain_body
+    from ledger.ops.bench.agentpath import INTENTS, INTENTS_WORKFLOW
+    from ledger.ops.bench.appends import STREAM_STAGES, plain_body
 
     def service_append():
         services.event_append(run_id=runs["service"], body=plain_body(STREAM_STAGES[0]), actor=actor)

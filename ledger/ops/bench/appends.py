@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from stateboard.bench.common import BenchError, Measure, Out, database_url, run_clients
+from ledger.ops.bench.common import BenchError, Measure, Out, database_url, run_clients
 
 STREAM_WORKFLOW = "bench-stream"
 EFFECT_STAGES = ("commit", "push", "deploy")

@@ -154,7 +154,7 @@ def run(*, out, scale: float = 1.0) -> dict:
           report["longest_batch_seconds"])
     figures["retention"] = {**report, "seconds": seconds}
 
-    from stateboard.bench import leases
+    from ledger.ops.bench import leases
 
     n_queued = max(20, int(10_000 * scale))
     service = leases.measure_service(n_queued, 4, tag=tag, now=timezone.now())

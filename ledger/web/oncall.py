@@ -8,10 +8,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from ledger import authorizers, preview, selectors, services
-from ledger.forms import BulkActionForm, PreviewForm, ReasonForm, RequiredReasonForm
+from ledger import authorizers, selectors, services
+from ledger.web import preview
+from ledger.web.forms import BulkActionForm, PreviewForm, ReasonForm, RequiredReasonForm
 from ledger.models import Run
-from ledger.views.common import form_checked, safe_next
+from ledger.web.common import form_checked, safe_next
 from stateboard.errors import DomainError
 from stateboard import policy
 from stateboard.policy import ANY, Policy, page

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from ledger import services
 from ledger.auth import token_issue
-from ledger.demo import DEMO_PASSWORD, OPERATORS
-from ledger.demo.claims import CLAIMS
+from ledger.ops.demo import DEMO_PASSWORD, OPERATORS
+from ledger.ops.demo.claims import CLAIMS
 from ledger.identities import agent_create, operator_create
 from ledger.models import Agent, Workflow
 

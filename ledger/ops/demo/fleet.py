@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from ledger.demo.scenarios import PROMISED, SCENARIOS
+from ledger.ops.demo.scenarios import PROMISED, SCENARIOS
 
 EXECUTOR_GRACE_SECONDS = 6
 PASS_TIMEOUT_SECONDS = 300
@@ -25,8 +25,8 @@ PASS_TIMEOUT_SECONDS = 300
 def agent_main(url: str, name: str, token: str, editor_token: str, pace: float, executors: dict,
                tasks, results) -> None:
     """An agent process: take (scenario, tag) items until ``None``; put (scenario, records) back."""
-    from ledger.demo.agent import Agent
-    from ledger.demo.scenarios import tend
+    from ledger.ops.demo.agent import Agent
+    from ledger.ops.demo.scenarios import tend
 
     agent = Agent(url, name, token, editor_token, pace=pace, executors=executors)
     parent = os.getppid()

@@ -6,7 +6,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from ledger import selectors
-from ledger.views.common import inputs_diff
+from ledger.web.common import inputs_diff
 from stateboard.policy import ANY, Policy, page
 
 DECISION_FIELDS = ("outcome", "reason_code", "resume_from", "prior_run", "checkpoint", "failed_assertions",

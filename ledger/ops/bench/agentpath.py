@@ -9,8 +9,8 @@ import json
 import time
 import uuid
 
-from stateboard.bench.appends import STREAM_STAGES, STREAM_WORKFLOW, _Http, _service_trigger, plain_body
-from stateboard.bench.common import Measure, percentile, run_clients
+from ledger.ops.bench.appends import STREAM_STAGES, STREAM_WORKFLOW, _Http, _service_trigger, plain_body
+from ledger.ops.bench.common import Measure, percentile, run_clients
 
 BATCH_SIZE = 20
 INTENTS_WORKFLOW = "bench-intents"

@@ -9,8 +9,8 @@ import json
 import uuid
 from datetime import timedelta
 
-from stateboard.bench.common import raw_connect, run_clients
-from stateboard.bench.loader import RUN_FIELDS, analyze, copy_rows
+from ledger.ops.bench.common import raw_connect, run_clients
+from ledger.ops.bench.loader import RUN_FIELDS, analyze, copy_rows
 
 RAW_QUEUE = "bench_raw_queue"
 

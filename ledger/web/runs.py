@@ -7,10 +7,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger import drawing, selectors
-from ledger.forms import SavedViewForm
+from ledger import selectors
+from ledger.web import drawing
+from ledger.web.forms import SavedViewForm
 from ledger.models import Run, SavedView
-from ledger.views.common import evidence_view, form_error_text
+from ledger.web.common import evidence_view, form_error_text
 from stateboard.redact import redact_json
 from stateboard.roles import actor_for, is_agent
 from stateboard.policy import ANY, Policy, page

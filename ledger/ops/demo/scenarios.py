@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from ledger.demo.agent import Agent
+from ledger.ops.demo.agent import Agent
 from stateboard.client import Run
 
 PROMISED = {
@@ -145,7 +145,7 @@ def env_change(agent: Agent, tag: str) -> list[dict]:
 def security_finding(agent: Agent, tag: str) -> list[dict]:
     """security-triage: the resume packet serves the stale claim as a lead and leaves out the revoked and
     the pending one; the ticket is filed and the advisory waits for an editor."""
-    from ledger.demo.claims import ABSENT_KEYS, STALE_KEYS
+    from ledger.ops.demo.claims import ABSENT_KEYS, STALE_KEYS
 
     sb, intent = agent.sb, f"finding/{tag}/CVE-2026-4417"
     run = sb.trigger("security-triage", {"finding": "CVE-2026-4417", "scanner": f"scan@{tag}"}, intent=intent,
