@@ -21,3 +21,19 @@ def api():
     from rest_framework.test import APIClient
 
     return APIClient()
+
+
+# Real processes, servers or a browser of the test's own: `slow`, left out of the edit loop's quick selection
+# (`pytest -m "not slow"`, see pyproject.toml). Besides the tests marked so, every test using one of these is.
+SLOW_FIXTURES = {
+    "bench_command": "runs `manage.py bench` in a process of its own",
+    "workers": "starts real Celery worker processes",
+    "browser": "drives Chromium",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

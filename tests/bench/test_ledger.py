@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def _number(text: str) -> float:
