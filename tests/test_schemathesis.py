@@ -16,7 +16,7 @@ from schemathesis.checks import not_a_server_error
 from stateboard.wsgi import application
 from tests.factories import make_agent, make_operator
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]  # slow: ~2,700 generated requests (the full suite runs it)
 
 # The schema /api/v1/schema/ serves, built in-process (collection has no database), called over WSGI.
 schema = schemathesis.openapi.from_dict(json.loads(OpenApiJsonRenderer().render(
