@@ -23,15 +23,26 @@ def api():
     return APIClient()
 
 
+# Real processes, servers or a browser of the test's own: `slow`, left out of the edit loop's quick selection
+# (`pytest -m "not slow"`, see pyproject.toml). Besides the tests marked so, every test using one of these is.
+SLOW_FIXTURES = {
+    "bench_command": "runs `manage.py bench` in a process of its own",
+    "workers": "starts real Celery worker processes",
+    "browser": "drives Chromium",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """On the embedded SQLite default the ledger's behaviour runs as on PostgreSQL; what proves real
-    locking, processes or PostgreSQL itself (``transaction=True`` tests, ``postgres``) runs there only."""
+    """Mark the slow tests; on the embedded SQLite default skip what proves real locking, processes or
+    PostgreSQL itself (``transaction=True`` tests, ``postgres``): the ledger's behaviour runs on both."""
     from django.conf import settings
 
-    if not settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-        return
+    sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
     skip = pytest.mark.skip(reason="needs PostgreSQL (real row locks, several connections)")
     for item in items:
+        if SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
         db = item.get_closest_marker("django_db")
-        if item.get_closest_marker("postgres") or (db is not None and db.kwargs.get("transaction")):
+        if sqlite and (item.get_closest_marker("postgres") or (db is not None and db.kwargs.get("transaction"))):
             item.add_marker(skip)

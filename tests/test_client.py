@@ -153,6 +153,7 @@ def _read_lines(stream, lines: queue.Queue) -> None:
         lines.put(line.strip())
 
 
+@pytest.mark.slow  # an agent process killed, then a real lease running out
 @pytest.mark.parametrize("crash_stage,outcome,resume_from", [
     ("draft", "resume", "draft"), ("push", "verify_only", "announce")])
 def test_client_agent_killed_mid_stage_is_resumed(live_server, sb, token, crash_stage, outcome, resume_from):

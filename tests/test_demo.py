@@ -12,6 +12,7 @@ def _reasons() -> set[str]:
     return set(LedgerEvent.objects.filter(kind="decided").values_list("reason_code", flat=True))
 
 
+@pytest.mark.slow  # the demo fleet against a live server
 def test_demo_once_produces_every_promised_fault(live_server, capsys):
     """One pass: the ledger holds each fault's decision, an executor effect and a pending approval; 0 duplicates."""
     from ledger import selectors

@@ -1,5 +1,7 @@
 """/healthz and /metrics, outside the API prefix."""
 
+import os
+
 import pytest
 
 pytestmark = pytest.mark.django_db
@@ -25,16 +27,35 @@ def test_healthz_is_503_when_the_broker_is_unreachable(client):
     assert response.json()["code"] == "unhealthy" and response.json()["database"] == "ok"
 
 
-def test_healthz_pings_the_broker_on_a_kept_connection_and_replaces_one_redis_dropped(client, settings):
-    import redis
+@pytest.fixture
+def own_health_client_name(monkeypatch):
+    """The health check's Redis client, named for this test alone: CLIENT LIST filtered by it sees only the
+    connections this test process made, whoever else (another test run, a server) shares the Redis server."""
+    import uuid
 
-    from stateboard.views import HEALTH_CLIENT_NAME
+    from stateboard import views
+
+    name = f"{views.HEALTH_CLIENT_NAME}-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    views._redis_client.cache_clear()  # a client made before this test carries the shared name
+    monkeypatch.setattr(views, "HEALTH_CLIENT_NAME", name)
+    yield name
+    from stateboard.celery import app
+
+    if views._redis_client.cache_info().currsize:
+        views._redis_client(app.conf.broker_url).close()  # this test's connection, not left open
+    views._redis_client.cache_clear()  # the next check makes a client with the product's name again
+
+
+def test_healthz_pings_the_broker_on_a_kept_connection_and_replaces_one_redis_dropped(client, settings,
+                                                                                       own_health_client_name):
+    import redis
 
     admin = redis.Redis.from_url(settings.CELERY_BROKER_URL)
 
     def health_connections() -> list[int]:
-        return [c["id"] for c in admin.client_list() if c.get("name") == HEALTH_CLIENT_NAME]
+        return [c["id"] for c in admin.client_list() if c.get("name") == own_health_client_name]
 
+    assert health_connections() == []
     assert client.get("/healthz").status_code == 200
     kept = health_connections()
     assert client.get("/healthz").status_code == 200
@@ -43,6 +64,7 @@ def test_healthz_pings_the_broker_on_a_kept_connection_and_replaces_one_redis_dr
     response = client.get("/healthz")
     assert response.status_code == 200 and response.json()["broker"] == "ok"
     assert len(health_connections()) == 1 and health_connections() != kept
+    admin.close()
 
 
 def test_prometheus_metrics_are_text(client):

@@ -2,6 +2,7 @@
 never answers a server error (bad input is a 4xx JSON with a ``code``, SPEC §8)."""
 
 import json
+import time
 
 import pytest
 import schemathesis
@@ -15,12 +16,38 @@ from schemathesis.checks import not_a_server_error
 from stateboard.wsgi import application
 from tests.factories import make_agent, make_operator
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]  # slow: ~2,700 generated requests (the full suite runs it)
 
 # The schema /api/v1/schema/ serves, built in-process (collection has no database), called over WSGI.
 schema = schemathesis.openapi.from_dict(json.loads(OpenApiJsonRenderer().render(
     SchemaGenerator().get_schema(request=None, public=True), renderer_context={})))
 schema.app = application
+
+
+class _InstantClock:
+    """The lease long-poll's clock (``ledger.services.leases.time``): a sleep passes at once. The poll still
+    asks for a run after each pause and answers as it would at the deadline; nothing can be queued meanwhile
+    (one request at a time here), so only the waiting is skipped: a generated ``wait_seconds`` of up to 30
+    cost that many seconds per call (test_leases and test_webserver wait on the real clock)."""
+
+    def __init__(self):
+        self.now = time.monotonic()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0)
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+@pytest.fixture(autouse=True)
+def _long_polls_do_not_wait(monkeypatch):
+    from ledger.services import leases
+
+    monkeypatch.setattr(leases, "time", _InstantClock())
 
 
 @pytest.fixture

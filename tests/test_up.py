@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # `manage.py up` with its web server, worker and beat processes
 
 
 def _free_port() -> int:

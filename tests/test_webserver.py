@@ -48,6 +48,7 @@ def _get(conn, path="/healthz"):
     return response
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("server", webserver.SERVERS)
 def test_the_server_keeps_connections_and_outlives_a_killed_worker(tmp_path, server):
     """Two requests on one connection (keep-alive); a worker killed with SIGKILL is replaced and the
@@ -81,6 +82,7 @@ def test_the_server_keeps_connections_and_outlives_a_killed_worker(tmp_path, ser
         webserver.processes_stop([web], wait=30)
 
 
+@pytest.mark.slow
 def test_up_stops_during_a_long_poll_and_leaves_no_web_process_behind(tmp_path):
     """SIGTERM to `up` while an agent long-polls for a lease (up to 30 s): the web server's busy worker is
     stopped within `up`'s wait, and no process of the web server outlives `up`."""

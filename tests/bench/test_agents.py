@@ -5,12 +5,12 @@ import re
 
 import pytest
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_bench_agents_prints_client_runs_and_packet_latency(bench_command):
     """Run as a user would (a separate process with gunicorn, its own scratch database)."""
-    stdout = bench_command("agents", "--scale", "0.002", "--reps", "1", "--duration", "1", "--clients", "2")
+    stdout = bench_command("agents", "--scale", "0.0001", "--reps", "1", "--duration", "0.1", "--clients", "2")
     summary = stdout.split("== summary", 1)[1]
     full = re.search(r"full run, Python client over HTTP, 2 clients\s*\| ([\d.,]+) runs/s\s*\| raw append x2 "
                      r"([\d,]+)/s = [\d.,]+ runs/s\s*\| ([\d.]+)x", summary)

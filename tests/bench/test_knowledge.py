@@ -7,7 +7,7 @@ import pytest
 from knowledge.models import Claim, ClaimHead, GateDecision
 from ledger.ops.bench import knowledge as bench
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 
 def test_bench_prints_the_figures_and_cleans_up():

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def _number(text: str) -> float:
@@ -17,7 +17,7 @@ def _number(text: str) -> float:
 
 def test_bench_ledger_prints_positive_figures(bench_command):
     """Run as a user would: a separate process (its clients fork) against this PostgreSQL server."""
-    text = bench_command("ledger", "--scale", "0.001", "--reps", "2", "--duration", "0.3", timeout=600)
+    text = bench_command("ledger", "--scale", "0.001", "--reps", "1", "--duration", "0.05", timeout=600)
 
     summary = text.split("== summary", 1)[1]
     rows = {line.split("|")[0].strip(): [cell.strip() for cell in line.split("|")[1:]]

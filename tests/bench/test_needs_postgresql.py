@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # a manage.py process per benchmark
 
 
 @pytest.mark.parametrize("target", ["ledger", "knowledge", "sweeps", "pages", "agents", "instructions"])

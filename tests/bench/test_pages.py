@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_bench_pages_prints_every_page(bench_command):

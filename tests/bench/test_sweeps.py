@@ -6,7 +6,7 @@ import pytest
 
 from ledger.ops.bench import sweeps as bench
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_bench_sweeps_prints_rates_and_the_longest_batch():

@@ -10,7 +10,7 @@ from ledger import services
 from ledger.models import Approval, Run
 from tests.browser.scenarios import agent_driver, approval_workflow, awaiting_approval_run
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from tests.browser.scenarios import (
 )
 from tests.factories import make_workflow
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def panels_agree(page, state: str):

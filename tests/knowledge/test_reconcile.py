@@ -101,7 +101,7 @@ WITNESS = dict(  # k0 updated and k1 deleted after the snapshot: both naive rest
 )
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @example(**WITNESS)
 @given(before_snap=st.lists(op, max_size=10), after_snap=st.lists(op, max_size=10), crash_at=st.integers(0, 10),

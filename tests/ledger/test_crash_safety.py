@@ -13,7 +13,7 @@ from tests.ledger.receiver import Receiver
 from tests.ledger.workers import workers, wait_until  # noqa: F401 (fixture)
 
 ACTION = {"system": "k8s", "operation": "deploy", "target": "prod/web", "summary": "roll out v2"}
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]  # real worker processes
 
 
 def test_crash_worker_killed_mid_call_verifies_and_never_posts_again(workers):  # noqa: F811

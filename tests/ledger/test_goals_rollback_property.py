@@ -155,7 +155,7 @@ class World:
         self.adopt(run, decided=True)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(st.lists(ACTIONS, min_size=5, max_size=40))
 def test_histories_with_goal_changes_and_rollbacks_keep_their_promises(actions):

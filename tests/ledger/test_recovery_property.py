@@ -121,7 +121,7 @@ class World:
             self.run = None
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(st.lists(ACTIONS, min_size=5, max_size=40))
 def test_random_histories_never_execute_an_effect_twice(actions):

@@ -84,6 +84,7 @@ def test_reference_retry_budget_expiry_policy_and_inputs():
     assert _decide(model, 200).reason_code == "checkpoint_expired"
 
 
+@pytest.mark.slow  # its short-TTL episodes sleep past a real 1 s checkpoint TTL
 @pytest.mark.django_db(transaction=True)
 def test_replay_eval_passes_records_accuracy_and_metrics_show_it(client):
     """30 episodes: every decision right, no effect twice, a ReplayEval row; /metrics and the API show it."""
