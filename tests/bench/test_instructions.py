@@ -16,7 +16,7 @@ pytestmark = [
 
 
 def test_bench_instructions_counts_each_loop(bench_command):
-    text = bench_command("instructions", "--ops", "20", timeout=900)
+    text = bench_command("instructions", "--ops", "5", timeout=900)
     counts = {}
     for label in ("raw psycopg INSERT + COMMIT", "append, service layer, plain", "append, HTTP stack in-process, plain",
                   "append batch of 20, service layer", "new trigger, service layer"):

@@ -47,7 +47,7 @@ class Command(BaseCommand):
                             help="ledger: seconds per throughput measurement")
         parser.add_argument("--clients", type=int, default=4, help="ledger: concurrent clients (threads)")
         parser.add_argument("--ops", type=int, default=300,
-                            help="instructions: operations counted per loop (after a warm-up of 50)")
+                            help="instructions: operations counted per loop (after a warm-up of as many, at most 50)")
 
     def handle(self, *args, **options):
         from ledger.ops.bench import agents, instructions, knowledge, ledger, pages, sweeps

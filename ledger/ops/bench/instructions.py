@@ -162,7 +162,7 @@ def _count_loops(control: str, raw_insert, runs: dict, actor: str, token: str, a
     pid = str(os.getpid())
     for loop, step in (("raw", raw_insert), ("service", service_append), ("http", http_append),
                        ("batch", batch_append), ("trigger", new_trigger)):
-        for _ in range(WARMUP):
+        for _ in range(min(WARMUP, ops)):  # (a smoke test's few operations warm up as few)
             step()
         # A full collection walks every object the process holds (tens of millions of instructions, at
         # moments no loop chooses): collected here and the survivors frozen, a loop counts its own work.
