@@ -4,7 +4,7 @@
 (the service answers 404). Pages, the API and ``knowledge/services.py`` call these (SPEC §4).
 """
 
-from knowledge import gate
+from knowledge.domain import gate
 from knowledge.models import Claim, ClaimHead
 from stateboard.errors import Refused
 from stateboard.roles import AGENT, EDITOR, OWNER, has_role, is_agent, require_person, require_role

@@ -82,7 +82,7 @@ class Claim(models.Model):
     pending_reasons = models.JSONField(default=list, blank=True)
     policy_version = models.CharField(max_length=50, blank=True)
     created_at = models.DateTimeField()
-    # Set by the retention sweep when the statement and sources were erased (knowledge.sweeps).
+    # Set by the retention sweep when the statement and sources were erased (knowledge.ops.sweeps).
     erased_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -12,7 +12,7 @@ def tombstones_gc() -> int:
 @shared_task(acks_late=True)
 def claims_stale_sweep() -> int:
     """Notify owners of claims whose refresh_after passed, once per version; safe twice."""
-    from knowledge import sweeps
+    from knowledge.ops import sweeps
 
     return sweeps.claims_stale_sweep()["marked"]
 
@@ -20,6 +20,6 @@ def claims_stale_sweep() -> int:
 @shared_task(acks_late=True)
 def claims_retention_sweep() -> int:
     """Erase sensitive claims past retention_until (the one true deletion); safe twice."""
-    from knowledge import sweeps
+    from knowledge.ops import sweeps
 
     return sweeps.claims_retention_sweep()["erased"]

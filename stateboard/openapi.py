@@ -4,7 +4,7 @@
 ``operation()`` turns one into its ``extend_schema`` with an ``Error`` response per status it can
 answer. ``page_of``/``one_or_many`` build list and batch bodies. ``TypedOutputFields`` types the JSON
 fields of an output serializer without changing it. The apps' own components stay in the apps
-(``ledger.api.components``, ``knowledge.schema_components``).
+(``ledger.api.components``, ``knowledge.api.components``).
 """
 
 from __future__ import annotations

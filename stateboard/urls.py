@@ -12,7 +12,7 @@ handler500 = "stateboard.errors.handler500"
 
 api_v1 = [
     path("", include("ledger.api.urls")),
-    path("", include("knowledge.urls_api")),
+    path("", include("knowledge.api.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
 ]
@@ -20,12 +20,10 @@ api_v1 = [
 urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("healthz", views.healthz, name="healthz"),
-    path("metrics", views.prometheus_metrics, name="prometheus_metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("prefs/time/", views.time_mode, name="time_mode"),
     path("admin/", admin.site.urls),
     path("", include("ledger.web.urls")),
-    path("", include("knowledge.urls")),
-    path("", views.dashboard, name="dashboard"),
+    path("", include("knowledge.web.urls")),
+    path("", include("ledger.web.home_urls")),
 ]

@@ -7,7 +7,8 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from knowledge import authorizers, gate
+from knowledge import authorizers
+from knowledge.domain import gate
 from knowledge.models import (
     Claim,
     ClaimStatus,

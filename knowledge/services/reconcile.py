@@ -8,7 +8,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from knowledge import gate
+from knowledge.domain import gate
 from knowledge import selectors as knowledge_selectors
 from knowledge.models import (
     GateDecision,

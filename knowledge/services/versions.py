@@ -8,7 +8,8 @@ from datetime import datetime
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
-from knowledge import authorizers, gate, ports
+from knowledge import authorizers, ports
+from knowledge.domain import gate
 from knowledge.models import (
     EFFECTIVE_STATUSES,
     Claim,

@@ -306,7 +306,7 @@ def test_claim_views_declare_roles_for_every_method():
                 yield p
 
     views = [p.callback.view_class for p in walk(get_resolver().url_patterns)
-             if getattr(p.callback, "view_class", None) and p.callback.view_class.__module__ == "knowledge.api"]
+             if getattr(p.callback, "view_class", None) and p.callback.view_class.__module__ == "knowledge.api.claims"]
     assert len(views) == 7
     for view in views:
         served = {m.upper() for m in view.http_method_names if hasattr(view, m) and m not in ("options", "head")}

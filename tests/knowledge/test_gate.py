@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from knowledge import gate
+from knowledge.domain import gate
 from knowledge.models import GateDecision
 from tests.knowledge.conftest import iso, make_ledger_event, proposal
 

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from knowledge import selectors, services
-from knowledge.api import ClaimOutput
+from knowledge.api.claims import ClaimOutput
 from knowledge.models import ClaimHead
 from tests.knowledge.conftest import proposal
 

@@ -8,7 +8,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from knowledge import selectors, services, sweeps
+from knowledge import selectors, services
+from knowledge.ops import sweeps
 from knowledge.models import Claim, ClaimHead, ClaimReview, GateDecision
 from ledger.models import AuditEntry, Notification
 from tests.factories import make_agent, make_operator

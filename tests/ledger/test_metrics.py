@@ -31,7 +31,7 @@ def test_prometheus_text_without_data_parses_and_leaves_figures_out(client):
 @pytest.mark.django_db
 def test_prometheus_label_values_are_escaped():
     """A label value with a quote, a backslash and a newline still parses back to itself."""
-    from stateboard.views import _prometheus_label
+    from ledger.web.home import _prometheus_label
 
     value = 'a"b\\c\nd'
     line = f'stateboard_x{{v="{_prometheus_label(value)}"}} 1\n'

@@ -122,7 +122,7 @@ class _Bench:
         from rest_framework.test import APIClient
 
         from knowledge import selectors
-        from knowledge.api import ClaimOutput
+        from knowledge.api.claims import ClaimOutput
         from knowledge.models import Claim
 
         keys = self.live_keys

@@ -99,7 +99,7 @@ def run(*, out, scale: float = 1.0) -> dict:
     """Load, sweep, print (see the module docstring); returns the figures."""
     from django.conf import settings
 
-    from knowledge import sweeps
+    from knowledge.ops import sweeps
     from ledger import services
     from ledger.models import Checkpoint, Notification
 

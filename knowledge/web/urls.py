@@ -3,7 +3,7 @@
 
 from django.urls import path
 
-from knowledge import views
+from knowledge.web import views
 
 app_name = "knowledge"
 urlpatterns = [

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 
 from knowledge import authorizers, selectors, services
 from knowledge.models import Claim
-from knowledge.schema_components import (OPS, ClaimDetailSerializer, ClaimProposalSerializer, ClaimRefreshSerializer,
+from knowledge.api.components import (OPS, ClaimDetailSerializer, ClaimProposalSerializer, ClaimRefreshSerializer,
                                          ReconcileResultSerializer, ReconcileSerializer)
 from stateboard.errors import NotFound
 from stateboard.openapi import operation, page_of

@@ -3,7 +3,7 @@ action routes come first; the write gate refuses keys whose last segment is an a
 
 from django.urls import path
 
-from knowledge import api
+from knowledge.api import claims as api
 
 app_name = "knowledge_api"
 

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from knowledge import authorizers, selectors, services
-from knowledge.forms import AcceptForm, RefreshForm, TombstoneForm
+from knowledge.web.forms import AcceptForm, RefreshForm, TombstoneForm
 from knowledge.models import ClaimReview
 from stateboard.errors import Invalid
 from stateboard.roles import allowed

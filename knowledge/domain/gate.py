@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from django.utils.dateparse import parse_datetime
 
-POLICY_PATH = Path(__file__).resolve().parent / "policy" / "write_gate.yaml"
+POLICY_PATH = Path(__file__).resolve().parent.parent / "policy" / "write_gate.yaml"
 
 
 @lru_cache(maxsize=4)

@@ -1,6 +1,6 @@
 """OpenAPI components and operation docs of the claims API (SPEC §1, §4), for the schema only.
 
-The write gate (``knowledge/gate.py`` and ``policy/write_gate.yaml``) judges every proposal; these
+The write gate (``knowledge/domain/gate.py`` and ``policy/write_gate.yaml``) judges every proposal; these
 serializers only describe the shapes, never validate. ``ClaimOutputTyped`` types the JSON fields
 of ``knowledge.api.ClaimOutput`` without changing it.
 """
@@ -96,7 +96,7 @@ class ClaimDetailSerializer(serializers.Serializer):
 
 
 class ClaimOutputTyped(TypedOutputFields):
-    target_class = "knowledge.api.ClaimOutput"
+    target_class = "knowledge.api.claims.ClaimOutput"
     typed = {"scope": (ClaimScopeSerializer, "one"),
              "source_refs": ({"type": "array", "items": {"type": "string"}}, "one"),
              "derived_from": ({"type": "array", "items": {"type": "string"}}, "one"),
