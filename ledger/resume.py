@@ -17,6 +17,7 @@ from django.utils import timezone
 from knowledge import selectors as knowledge_selectors
 from ledger.domain import effects, recovery
 from ledger.models import Effect, Goal, Run
+from ledger import selectors
 from ledger.selectors import checkpoint_latest
 from stateboard.errors import Invalid
 
@@ -108,15 +109,15 @@ def resume_packet(*, run: Run, user, budget_tokens: int = BUDGET_DEFAULT, now: d
     now = now or timezone.now()
     workflow = run.workflow
     spec = recovery.WorkflowSpec(tuple(workflow.stages), frozenset(workflow.effect_stages), workflow.max_retries)
+    effect_rows = list(selectors.effects_of_intent(run=run))
+    effect_status = selectors.stage_effect_statuses(effect_rows)
     stages = []
     for stage in spec.stages:
         entry = (run.stage_states or {}).get(stage) or {}
-        item = {"stage": stage, "status": entry.get("status") or "pending"}
+        item = {"stage": stage, "status": effects.stage_word(entry.get("status"), effect_status.get(stage))}
         if entry.get("pointer"):
             item["pointer"] = entry["pointer"]
         stages.append(item)
-    effect_rows = list(Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
-                                             input_fingerprint=run.input_fingerprint).order_by("claimed_seq"))
     checkpoint = checkpoint_latest(run=run)
     pending = (checkpoint.payload or {}).get("pending_intents", []) if checkpoint is not None \
         and checkpoint.input_fingerprint == run.input_fingerprint else []

@@ -452,3 +452,15 @@ def effects_rebuild_diff() -> list[str]:
         if a != b:
             diffs.append(f"{key}: ledger={a} stored={b}")
     return diffs
+
+
+def effects_of_intent(*, run):
+    """The effects of the run's intent and fingerprint (the work a decision and a resume look at), oldest
+    claim first; a run's own effects are among them, and so are those of the earlier attempts it resumes."""
+    return Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
+                                 input_fingerprint=run.input_fingerprint).order_by("claimed_seq", "id")
+
+
+def stage_effect_statuses(effect_rows) -> dict[str, str]:
+    """{stage: status of its latest claimed effect} of ``effects_of_intent`` rows."""
+    return {effect.stage: effect.status for effect in effect_rows}

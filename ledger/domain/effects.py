@@ -45,3 +45,11 @@ def effect_moves(kind: str, *, run_state: str, reason_code: str = "") -> tuple[s
     targets = {t for t in moves.values() if t is not None}
     assert len(targets) <= 1, (kind, targets)
     return (targets.pop() if targets else None), frozenset(s for s, t in moves.items() if t is not None)
+
+
+def stage_word(status: str | None, effect_status: str | None) -> str:
+    """A stage's status as the resume packet and the run page show it (SPEC §11.3): a stage whose effect
+    is attempted, effective or unknown is ``unknown`` (it must be verified), never succeeded or verified."""
+    if effect_status in UNVERIFIED:
+        return "unknown"
+    return status or "pending"

@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger import selectors
+from ledger.domain import effects
 from ledger.web import drawing
 from ledger.web.forms import SavedViewForm
 from ledger.models import Run, SavedView
@@ -87,7 +88,7 @@ def _int_param(request, name):
         return None
 
 
-def _stage_cards(run, times) -> list[dict]:
+def _stage_cards(run, times, effect_status: dict) -> list[dict]:
     workflow, stage_states = run.workflow, run.stage_states or {}
     cards = []
     for stage in workflow.stages:
@@ -95,7 +96,8 @@ def _stage_cards(run, times) -> list[dict]:
         span = times.get(stage) or {}
         start, end = span.get("start"), span.get("end")
         cards.append({
-            "stage": stage, "status": state.get("status", "pending"), "pointer": state.get("pointer", ""),
+            "stage": stage, "status": effects.stage_word(state.get("status"), effect_status.get(stage)),
+            "pointer": state.get("pointer", ""),
             "effect_stage": stage in workflow.effect_stages, "approval_stage": stage in workflow.approval_stages,
             "current": stage == run.current_stage and not run.is_terminal,
             "start": start, "end": end, "seconds": (end - start).total_seconds() if start and end else None,
@@ -125,7 +127,8 @@ def run_page_context(run: Run, *, before: int | None = None, from_seq: int | Non
         "live": not run.is_terminal and before is None,
         "decision": run.decision or {},
         "machine": drawing.state_machine(selectors.run_transitions(run=run), run.state),
-        "timeline": _stage_cards(run, selectors.stage_times(run=run)),
+        "timeline": _stage_cards(run, selectors.stage_times(run=run),
+                                 selectors.stage_effect_statuses(selectors.effects_of_intent(run=run))),
         "attempts": attempts, "previous_attempt": previous,
         "effects": list(run.effects.all()), "approvals": list(run.approvals.all()),
         "checkpoint": checkpoint,

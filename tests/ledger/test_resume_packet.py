@@ -144,3 +144,41 @@ def test_resume_packet_carries_the_runs_goal_version_and_staged_flag():
     assert packet["run"]["staged"] is True and packet["run"]["goal_version"] == 2
     assert packet["goal"] == {"inputs": {"v": 2}, "objective": "Publish", "constraints": ["no paywalls"],
                               "acceptance": ["cites sources", "under 800 words"]}
+
+
+@given(outcomes=st.lists(st.sampled_from(["verified", "succeeded", "unknown"]), min_size=1, max_size=3))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_stage_whose_effect_is_not_verified_is_unknown_in_the_packet_and_on_the_run_page(outcomes):
+    """SPEC §11.3: whatever the effect stages reported, the packet of the next run and its run page say
+    ``unknown`` for a stage whose effect is attempted, effective or unknown — never succeeded/verified —
+    and agree with the effects the ledger holds."""
+    from ledger.domain.effects import UNVERIFIED
+    from ledger.models import Effect, Run
+    from tests.factories import page_client
+    from tests.ledger.helpers import AgentDriver
+
+    stages = [f"e{i}" for i in range(len(outcomes))]
+    wf = make_workflow(stages=["build", *stages], effect_stages=stages, approval_stages=[])
+    driver = AgentDriver(client_for(make_agent()[1]), wf.slug)
+    first = driver.trigger(intent="i")
+    driver.pass_stage(first["id"], "build")
+    for stage, outcome in zip(stages, outcomes):
+        driver.event(first["id"], stage, "started")
+        effect = {"system": "git", "operation": "push", "reference": f"r-{stage}"}
+        driver.event(first["id"], stage, "unknown" if outcome == "unknown" else "succeeded", effect=effect)
+        if outcome != "verified":
+            break
+        driver.event(first["id"], stage, "verified", evidence=[{"uri": "https://ci.test/1",
+                                                               "observed_at": timezone.now().isoformat()}])
+    Run.objects.filter(id=first["id"]).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    second = driver.trigger(intent="i")
+    run = Run.objects.select_related("workflow").get(id=second["id"])
+    packet = resume_packet(run=run, user=None)
+    held = {e.stage: e.status for e in Effect.objects.filter(workflow=wf, intent="i")}
+    page = page_client(make_operator("viewer")[0]).get(f"/runs/{run.id}/")
+    shown = {card["stage"]: card["status"] for card in page.context["timeline"]}
+    for item in packet["stages"]:
+        if held.get(item["stage"]) in UNVERIFIED:
+            assert item["status"] == "unknown", (item, held)
+        assert item["status"] != "verified" or held.get(item["stage"]) in (None, "verified")
+    assert shown == {item["stage"]: item["status"] for item in packet["stages"]}
