@@ -50,17 +50,19 @@ def _failed_runs_rows(*, workflow_id: int, intent: str, fingerprint: str) -> lis
     failed = Q(state="failed") & ~Q(ended_reason="not_leased")
     return list(Run.objects.filter(failed | Q(retried_at__isnull=False), workflow_id=workflow_id, intent=intent,
                                    input_fingerprint=fingerprint, staged=False)
-                .values_list("state", "ended_at", "retried_at"))
+                .values_list("state", "ended_at", "retried_at", "ended_reason"))
 
 
 def _failed_runs_since_progress(rows: list[tuple], checkpoint: Checkpoint | None) -> int:
     """Of ``_failed_runs_rows``, those that ended failed since the later of the latest checkpoint and the
-    latest on-call retry."""
-    moments = [retried for _, _, retried in rows if retried is not None]
+    latest on-call retry. A run that failed ``not_leased`` never ran (retried, then nobody took it): it does
+    not count (SPEC §3)."""
+    moments = [retried for _, _, retried, _ in rows if retried is not None]
     if checkpoint is not None:
         moments.append(checkpoint.created_at)
     since = max(moments, default=None)
-    return sum(1 for state, ended, _ in rows if state == "failed" and (since is None or (ended and ended > since)))
+    return sum(1 for state, ended, _, reason in rows if state == "failed" and reason != "not_leased"
+               and (since is None or (ended and ended > since)))
 
 
 def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, policy_version: str,

@@ -94,6 +94,25 @@ def test_escalated_run_retry_returns_to_recovery():
     assert team.agent.run(run_id)["state"] == "execute"
 
 
+def test_a_retried_run_nobody_leased_does_not_spend_the_retry_budget():
+    """SPEC §3: max_retries=1, a build fails, the next trigger escalates; on-call retries; nobody leases the
+    retried run and it fails not_leased — it never ran, so the next trigger resumes instead of escalating."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from ledger import services
+
+    team = OnCall(max_retries=1)
+    run_id = team.escalated_by_retries()
+    assert team.act(run_id, "retry", reason="try again").status_code == 200
+    assert services.runs_expire_leases(now=timezone.now() + timedelta(days=1)) == 1
+    assert Run.objects.get(id=run_id).ended_reason == "not_leased"
+    again = team.agent.trigger()
+    assert again["decision"]["outcome"] != "escalated", again["decision"]
+    assert again["decision"]["retry_count"] == 0
+
+
 def test_retry_refused_unless_escalated():
     """Retrying a run that is not escalated is 409 illegal_transition, writes nothing, and is audited."""
     team = OnCall()
