@@ -1,11 +1,14 @@
 """Every API error is JSON with a stable ``code`` and a human ``detail``."""
 
 import functools
+import io
 import json
 import logging
 import re
+from urllib.parse import unquote_plus
 
 from django.conf import settings
+from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from rest_framework import exceptions, status
@@ -162,19 +165,40 @@ def accepts_at_once(meta, media_type: str) -> bool:
 
 
 class BodySizeLimitMiddleware:
-    """Refuse oversized bodies before anything reads them (413 ``body_too_large``)."""
+    """The request's framing, checked before anything reads it (SPEC §11.3): a body over the limit is 413
+    ``body_too_large`` (a chunked one too, read up to the limit), a body shorter than its Content-Length
+    is 400 ``body_incomplete`` and never executed, a NUL in the query string is 400 ``invalid_filter``
+    and one in the path 404."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
         limit = settings.API_MAX_BODY_BYTES
+        if "\x00" in request.path:
+            return error_response("not_found", "Not found.", 404)
+        if "\x00" in unquote_plus(request.META.get("QUERY_STRING", "")):
+            return error_response("invalid_filter", "A query parameter holds a NUL character.", 400)
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             return error_response("bad_request", "Invalid Content-Length header.", 400)
         if length > limit:
             return error_response("body_too_large", f"Request body exceeds {limit} bytes.", 413, limit=limit)
+        chunked = "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
+        if chunked and not request.META.get("CONTENT_LENGTH") and "wsgi.input" in request.META:
+            body = request.META["wsgi.input"].read(limit + 1)
+            if len(body) > limit:
+                return error_response("body_too_large", f"Request body exceeds {limit} bytes.", 413, limit=limit)
+            request.META["CONTENT_LENGTH"] = str(len(body))
+            request._stream = LimitedStream(io.BytesIO(body), len(body))
+        elif length:
+            try:
+                complete = len(request.body) == length
+            except OSError:  # the client went away mid-body
+                complete = False
+            if not complete:
+                return error_response("body_incomplete", "The body is shorter than its Content-Length.", 400)
         return self.get_response(request)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.db import transaction
 from rest_framework import serializers
+from rest_framework.exceptions import NotFound as NotFound_
 from rest_framework.generics import ListAPIView
 from rest_framework.pagination import CursorPagination
 
@@ -19,14 +20,24 @@ class PolicyListApi(PolicyApi, ListAPIView):
     """A paginated, filtered list behind the same pipeline."""
 
 
-class NewestFirstCursor(CursorPagination):
+class StrictCursor(CursorPagination):
+    """A cursor that does not decode is 400 ``invalid_cursor`` (DRF answers 404)."""
+
+    def decode_cursor(self, request):
+        try:
+            return super().decode_cursor(request)
+        except NotFound_:
+            raise Invalid("invalid_cursor", "The pagination cursor is not one this list gave out.", status_code=400)
+
+
+class NewestFirstCursor(StrictCursor):
     ordering = ("-created_at", "-id")
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
 
 
-class SeqCursor(CursorPagination):
+class SeqCursor(StrictCursor):
     ordering = ("seq",)
     page_size = 200
     page_size_query_param = "page_size"

@@ -16,6 +16,9 @@ from stateboard.errors import Invalid
 from stateboard.moments import parse_moment
 
 CHECKPOINT_MAX_BYTES = 64 * 1024
+BIGINT_MAX = 2**63 - 1
+# A stage's status in a state_table: the words of SPEC §3.
+STAGE_WORDS = frozenset({"succeeded", "skipped", "verified", "pending", "failed", "unknown"})
 SUMMARY_MAX_CHARS = 280
 CHECKPOINT_FIELDS = frozenset({
     "stage", "resume_after", "retry_count", "max_retries", "allowed_next_stages", "observed_effects",
@@ -114,6 +117,9 @@ def checkpoint_validate(run: Run, payload: dict, *, now: datetime) -> tuple[dict
             raise Invalid("unknown_stage", f"state_table names unknown stage {stage!r}.")
         if not isinstance(entry, dict) or set(entry) - {"status", "summary", "pointer", "digest"}:
             raise Invalid("validation_error", f"state_table[{stage!r}] may hold only status, summary, pointer.")
+        if "status" in entry and entry["status"] not in STAGE_WORDS:
+            raise Invalid("invalid_stage_status", f"state_table[{stage!r}].status must be one of "
+                                                  f"{', '.join(sorted(STAGE_WORDS))}.", field=f"state_table.{stage}")
         if len(str(entry.get("summary", ""))) > SUMMARY_MAX_CHARS:
             raise Invalid("summary_too_long", f"state_table[{stage!r}].summary exceeds {SUMMARY_MAX_CHARS} characters.")
     for name in ("observed_effects", "assertions", "pending_intents", "allowed_next_stages"):
@@ -129,8 +135,9 @@ def checkpoint_validate(run: Run, payload: dict, *, now: datetime) -> tuple[dict
             raise Invalid("validation_error", "assertions must be objects {stage, pointer, digest} naming "
                                               "stages of this workflow.")
     boundary = payload.get("version_boundary")
-    if boundary is not None and (not isinstance(boundary, int) or isinstance(boundary, bool) or boundary < 0):
-        raise Invalid("validation_error", "version_boundary must be a non-negative integer.")
+    if boundary is not None and (not isinstance(boundary, int) or isinstance(boundary, bool)
+                                 or not 0 <= boundary <= BIGINT_MAX):
+        raise Invalid("validation_error", f"version_boundary must be an integer from 0 to {BIGINT_MAX}.")
     expires_at = None
     if payload.get("expires_at") is not None:
         expires_at = parse_moment(payload["expires_at"])

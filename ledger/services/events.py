@@ -413,6 +413,8 @@ def _event_apply(writer: RunWriter, body: dict, *, body_digest: str) -> LedgerEv
     if refusal is not None:
         return refusal
     kind, stage = _validate_event_body(run, body)
+    if body.get("effect") is not None and stage not in run.workflow.effect_stages:
+        raise Invalid("effect_not_expected", f"{stage!r} is not an effect stage: an event there carries no effect.")
     if kind == "started" and (run.goal_outdated or body.get("goal_version", run.goal_version) != run.goal_version):
         raise Conflict("goal_superseded", "The intent's goal changed: this run may start no stage under the old one.",
                        goal_version=run.goal_version)
