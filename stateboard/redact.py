@@ -1,8 +1,9 @@
 """Secrets in evidence and data are redacted: the one function pages, the inbox and the admin call
 to show them, and the executor calls on the excerpts it records (the ledger keeps those forever).
 
-Patterns (SPEC §6): AWS access keys, PEM private key blocks, bearer tokens, ``password=`` pairs
-(and ``secret=``, ``token=``, ``api_key=`` query pairs). What agents wrote is kept as written and
+Patterns (SPEC §6, §11.4): AWS access keys, PEM private key blocks, bearer tokens, ``password=`` pairs,
+the values of secret-looking query keys (``token=``, ``secret=``, ``api_key=``, ``sig=``, …), GitHub,
+Slack and ``sk-`` API keys. What agents wrote is kept as written and
 redacted only when shown.
 """
 
@@ -19,7 +20,12 @@ _PATTERNS = [
     (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), "AKIA" + MASK),
     (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9\-._~+/]+=*"), r"\1 " + MASK),
     (re.compile(r"(?i)\b(password|passwd|pwd)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s&;,\"']+)"), r"\1\2" + MASK),
-    (re.compile(r"(?i)\b(secret|token|api_key)=[^\s&\"']+"), r"\1=" + MASK),
+    (re.compile(r"(?i)\b((?:[a-z0-9]+_)*(?:secret|token|api_?key|signature|sig))=[^\s&\"'#]+"), r"\1=" + MASK),
+    # Tokens with a known shape (SPEC §11.4): GitHub, Slack, OpenAI-style API keys.
+    (re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}\b"), "ghp_" + MASK),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}\b"), "github_pat_" + MASK),
+    (re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}"), "xox-" + MASK),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), "sk-" + MASK),
 ]
 
 

@@ -87,3 +87,16 @@ def test_an_effect_on_a_stage_that_is_not_an_effect_stage_is_refused():
                           effect={"system": "git", "operation": "push", "reference": "x"})
     assert refused["code"] == "effect_not_expected"
     assert LedgerEvent.objects.filter(run_id=run["id"]).count() == before
+
+
+def test_pages_send_a_content_security_policy_that_allows_only_the_server():
+    response = page_client(make_operator("viewer")[0]).get("/runs/")
+    policy = response["Content-Security-Policy"]
+    assert "default-src 'self'" in policy and "http" not in policy and "*" not in policy
+
+
+def test_an_evidence_link_is_redacted_in_its_href_too():
+    from ledger.web.common import evidence_view
+
+    view = evidence_view({"uri": "https://ci.test/run?token=abc123secret&page=2", "observed_at": "x"})
+    assert "abc123secret" not in view["href"] and "abc123secret" not in view["uri"] and "page=2" in view["href"]

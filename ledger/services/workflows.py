@@ -45,12 +45,21 @@ def _executors_validate(executors, workflow: Workflow) -> None:
             handler = handler_for(spec["handler"], spec.get("config") or {})
         except HandlerConfigError as exc:
             _refuse("executors", f"executors[{stage!r}]: {exc}", "invalid_executors")
+        prefix = secret_env_prefix(workflow.slug)
+        if handler.secret_env is not None and not handler.secret_env.startswith(prefix):
+            _refuse("executors", f"executors[{stage!r}]: secret_env must name a variable {prefix}… (a workflow "
+                                 "signs with its own secrets only).", "secret_env_not_allowed")
         if handler.timeout_seconds >= workflow.lease_seconds:
             _refuse("executors", f"executors[{stage!r}]: the handler's timeout must be below lease_seconds.",
                     "invalid_executors")
         if handler.timeout_seconds >= settings.CELERY_TASK_SOFT_TIME_LIMIT:
             _refuse("executors", f"executors[{stage!r}]: the handler's timeout must be below the task time limit "
                                  f"({settings.CELERY_TASK_SOFT_TIME_LIMIT} s).", "invalid_executors")
+
+
+def secret_env_prefix(slug: str) -> str:
+    """The environment variables a workflow's executors may read (SPEC §11.4)."""
+    return f"STATEBOARD_SECRET_{slug.upper().replace('-', '_')}_"
 
 
 def workflow_validate(workflow: Workflow) -> None:

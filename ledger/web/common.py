@@ -70,5 +70,5 @@ def evidence_view(ev) -> dict:
         view.update(kind="image", href=uri)  # served by this server (or inline): safe to load
     elif lower.startswith(("https://", "http://")):
         # Pages load nothing from outside the server: an external image is a link, never an <img>.
-        view.update(kind="external_image" if IMAGE_EXT.search(uri) else "link", href=uri)
+        view.update(kind="external_image" if IMAGE_EXT.search(uri) else "link", href=redact(uri))  # linked redacted
     return view

@@ -37,7 +37,11 @@ def test_workflow_executors_are_shown_to_owners_only():
     """executors (URLs, secret variable names) is in the body for owners only; a bad handler is 422."""
     _, owner_token = make_operator("owner")
     owner = client_for(owner_token)
-    executors = {"deploy": {"handler": "webhook", "config": {"url": "http://127.0.0.1:9/x", "secret_env": "HOOK_KEY"}}}
+    executors = {"deploy": {"handler": "webhook", "config": {"url": "http://127.0.0.1:9/x", "secret_env": "STATEBOARD_SECRET_EX_HOOK"}}}
+    for stolen in ("SECRET_KEY", "DATABASE_URL", "STATEBOARD_SECRET_OTHER_HOOK"):
+        refused = owner.post("/api/v1/workflows/", {"slug": "ex", "executors": {"deploy": {"handler": "webhook", "config": {
+            "url": "http://127.0.0.1:9/x", "secret_env": stolen}}}}, format="json")
+        assert refused.status_code == 422 and refused.json()["code"] == "secret_env_not_allowed", refused.content
     response = owner.post("/api/v1/workflows/", {"slug": "ex", "executors": executors,
                                                  "schedule_inputs": {"window": "day"},
                                                  "knowledge_scope": {"system": "web"}}, format="json")
