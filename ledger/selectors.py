@@ -13,6 +13,7 @@ from ledger.domain import projection
 from ledger.filters import OncallRunFilter, RunFilter, id_prefix_q
 from ledger.models import (HOLDING_STATES, STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
                            Notification, ReplayEval, Run, Workflow)
+from stateboard.policy import throttled_total
 from stateboard.stats import percentile
 
 
@@ -231,6 +232,8 @@ def prometheus_samples():
     p95 = m["p95_trigger_to_decision_ms"]
     families = [
         ("stateboard_runs", "Runs by state.", "gauge", runs),
+        ("stateboard_throttled_total", "Requests answered 429 throttled (API_RATE_LIMITS).", "counter",
+         [({}, throttled_total())]),
         ("stateboard_effects", "Effects by status.", "gauge", effects),
         ("stateboard_open_approvals", "Pending approval requests.", "gauge", [({}, m["open_approvals"])]),
         ("stateboard_open_approvals_max_age_seconds", "Age of the oldest pending approval request.", "gauge",

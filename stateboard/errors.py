@@ -160,7 +160,7 @@ class JSONFirstNegotiation(DefaultContentNegotiation):
 
 def accepts_at_once(meta, media_type: str) -> bool:
     """Whether a request takes ``media_type`` without negotiating: no query string (no ``?format=``) and
-    an ``Accept`` that is absent, ``*/*`` or exactly that type (``ledger.fastpath`` asks the same)."""
+    an ``Accept`` that is absent, ``*/*`` or exactly that type."""
     return not meta.get("QUERY_STRING") and meta.get("HTTP_ACCEPT", "*/*") in ("*/*", media_type)
 
 

@@ -6,7 +6,6 @@ import re
 import uuid
 
 import pytest
-from django.core.cache import cache
 from django.test import override_settings
 from django.urls import URLPattern, URLResolver, get_resolver
 
@@ -182,7 +181,6 @@ def test_a_configured_rate_limit_answers_429_on_every_endpoint(route, method):
     api = route.startswith("api/")
     client = fleet.a.client if api else people["human"]
     url = _url(route, {"run_id": fleet.held, "slug": fleet.wf.slug, "approval_id": str(uuid.uuid4())})
-    cache.clear()
     with override_settings(API_RATE_LIMITS="agent=2/minute,human=2/minute,anon=2/minute"):
         call = getattr(client, method.lower())
         answers = [call(url, {}, **({"format": "json"} if api else {})) for _ in range(3)]
@@ -193,10 +191,11 @@ def test_a_configured_rate_limit_answers_429_on_every_endpoint(route, method):
     if api:
         assert last.json()["code"] == "throttled"
     assert not AuditEntry.objects.filter(code="throttled").exists()
+    metrics = client_for(None).get("/metrics").content.decode()
+    assert "stateboard_throttled_total" in metrics and "stateboard_throttled_total 0" not in metrics
 
 
 def test_health_metrics_and_schema_are_never_throttled():
-    cache.clear()
     with override_settings(API_RATE_LIMITS="anon=1/minute"):
         for url in ("/healthz", "/metrics", "/api/v1/schema/"):
             assert {client_for(None).get(url).status_code for _ in range(3)} <= {200, 503}, url

@@ -4,7 +4,7 @@ throughput on a shared two-core machine drifts by a third within an hour).
 
 One child process under callgrind, against the scratch database: a raw psycopg INSERT + COMMIT (the
 baseline), an append through the service layer, the same append through the HTTP stack in-process
-(Django's WSGI handler, the middleware — ``ledger.fastpath`` answers it — and the token check: everything a web worker runs for it, without
+(Django's WSGI handler, the middleware, DRF and the policy pipeline with the token check: everything a web worker runs for it, without
 the server's socket work), a batch of ``agentpath.BATCH_SIZE`` events through the service layer, and a new
 trigger through the service layer (one of ``agentpath.INTENTS`` intents of one workflow in turn, as
 ``bench ledger`` triggers them, so each intent's history grows). Each loop is counted on its own (``callgrind_control`` zeroes the counters
