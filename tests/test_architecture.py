@@ -1,0 +1,99 @@
+"""The house's rules, checked on the source: no import circles among the product's modules, knowledge
+imports nothing from ledger, stateboard imports no app, no product module over 500 lines, no second
+request pipeline (docs/architecture.md)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("ledger", "knowledge", "stateboard")
+MAX_LINES = 500
+
+
+def product_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            modules[name.removesuffix(".__init__")] = path
+    return modules
+
+
+def imports_of(name: str, path: Path, *, module_level: bool = True) -> set[str]:
+    """The product modules ``name`` imports (at module level only, unless told otherwise)."""
+    modules = product_modules()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    nodes = ast.parse(path.read_text()).body if module_level else list(ast.walk(ast.parse(path.read_text())))
+    found = set()
+    for node in nodes:
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):  # a package's own submodules
+                found.add(target)
+    return found
+
+
+def test_no_import_circles():
+    graph = {name: imports_of(name, path) for name, path in product_modules().items()}
+    circles, state = [], {}
+
+    def visit(node, trail):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                circles.append(trail[trail.index(nxt):] + [nxt] if nxt in trail else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not circles, "\n".join(" -> ".join(c) for c in circles[:5])
+
+
+@pytest.mark.parametrize(("package", "forbidden"), [("knowledge", ("ledger",)),
+                                                     ("stateboard", ("ledger", "knowledge"))])
+def test_lower_packages_import_nothing_from_higher_ones(package, forbidden):
+    """knowledge reaches ledger's facts through its port; stateboard imports no app (not even in a function)."""
+    offending = [f"{name} imports {target}" for name, path in product_modules().items()
+                 if name.split(".")[0] == package
+                 for target in imports_of(name, path, module_level=False) if target.split(".")[0] in forbidden]
+    assert not offending, "\n".join(offending)
+
+
+def test_no_product_module_over_500_lines():
+    long = [f"{path.relative_to(ROOT)}: {n}" for path in product_modules().values()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES]
+    assert not long, long
+
+
+def test_one_request_pipeline():
+    """Every API view is a stateboard.policy.PolicyApi (tests/test_policy_matrix.py checks each endpoint);
+    no module answers requests beside it (a middleware that renders API answers itself)."""
+    from django.conf import settings
+
+    assert not [m for m in settings.MIDDLEWARE if m.startswith(("ledger.", "knowledge."))]
+    assert not [name for name in product_modules() if name.rsplit(".", 1)[-1] in ("fastpath", "sql", "token_sql")]
+
+
+def test_the_domain_is_pure():
+    """ledger/domain and knowledge/domain import no models, store or services: property-tested without a database."""
+    offending = [f"{name} imports {target}" for name, path in product_modules().items()
+                 if ".domain" in name for target in imports_of(name, path, module_level=False)
+                 if ".domain" not in target and not target.startswith("stateboard")]
+    assert not offending, "\n".join(offending)
