@@ -16,6 +16,9 @@ from ledger.models import ApiToken, Checkpoint, Effect, LedgerEvent, Run
 class OrmStore:
     vendor = "sqlite"
 
+    def snapshot_begin(self) -> None:
+        """Make the open transaction read one snapshot (SQLite's transactions always do)."""
+
     def intent_lock(self, workflow_id: int, intent: str) -> None:
         """Serialise this transaction with every other writer of (workflow, intent)."""
 

@@ -15,6 +15,11 @@ from ledger.store.orm import OrmStore
 class PostgresStore(OrmStore):
     vendor = "postgresql"
 
+    def snapshot_begin(self) -> None:
+        """The open transaction reads one snapshot (its first statement: REPEATABLE READ)."""
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
     def intent_lock(self, workflow_id: int, intent: str) -> None:
         """A transaction-level advisory lock on 64 bits of ``hashtextextended(intent, workflow id)``:
         two intents sharing a hash only wait for each other; nothing is ever let through."""

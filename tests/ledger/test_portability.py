@@ -6,16 +6,26 @@ import json
 import pgtrigger
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import transaction
 
 from ledger.models import Effect, LedgerEvent, Run, Workflow
 from ledger.services import chain_verify
-from tests.factories import client_for, make_agent, make_workflow
+from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver
 
 pytestmark = pytest.mark.django_db
 
 
+KEY = "test-export-key"
+
+
+@pytest.fixture(autouse=True)
+def export_key(monkeypatch):
+    monkeypatch.setenv("STATEBOARD_EXPORT_KEY", KEY)
+
+
 def _history():
+    """A history with what the ledger keeps: effects, a staged run, a queued run, a goal, an executor, claims."""
     wf = make_workflow(approval_stages=[])
     _, token = make_agent()
     driver = AgentDriver(client_for(token), wf.slug)
@@ -23,65 +33,178 @@ def _history():
     for stage in wf.stages[:5]:
         driver.pass_stage(run["id"], stage, effect_stage=stage in wf.effect_stages)
     driver.trigger(intent="b")
+    driver.trigger(intent="staged", staged=True)
+    editor = client_for(make_operator("editor")[1])
+    AgentDriver(editor, wf.slug).trigger(intent="queued")
+    assert editor.post(f"/api/v1/workflows/{wf.slug}/goals/", {"intent": "c", "objective": "o"},
+                       format="json").status_code == 201
     return wf
 
 
-def _export() -> str:
+def _export() -> bytes:
     out = io.StringIO()
     call_command("export_ledger", stdout=out, stderr=io.StringIO())
-    return out.getvalue()
+    return out.getvalue().encode("utf-8")
 
 
 def _wipe():
+    from django.contrib.auth import get_user_model
+
+    from ledger.ops.portability.rows import IDENTITY_TYPES, SYSTEM_TYPES
+
     with pgtrigger.ignore():
-        from ledger.models import Approval, AuditEntry, Checkpoint
-
-        for model in (AuditEntry, Approval, Checkpoint, Effect, LedgerEvent, Run, Workflow):
+        for _, model in reversed(IDENTITY_TYPES + SYSTEM_TYPES):
             model.objects.all().delete()
+        get_user_model().objects.all().delete()
 
 
-@pytest.mark.postgres  # (tampering goes around PostgreSQL's triggers with pgtrigger.ignore)
-def test_export_then_import_into_an_empty_database_round_trips(tmp_path):
-    _history()
-    exported = _export()
-    lines = [json.loads(line) for line in exported.splitlines()]
-    assert {line["type"] for line in lines} >= {"workflow", "run", "event", "checkpoint"}
-    counts = (Run.objects.count(), LedgerEvent.objects.count(), Effect.objects.count())
-    effects = sorted(Effect.objects.values_list("idempotency_key", "status", "reference"))
-    _wipe()
+def _signed(lines: list[dict]) -> bytes:
+    """A file of ``lines`` signed with the test key (what someone holding the key could write)."""
+    from ledger.ops.portability import signing
+
+    body = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    mac = signing.signature(KEY.encode(), body)
+    return body + json.dumps({"type": "signature", "alg": "HMAC-SHA256", "hmac": mac}).encode() + b"\n"
+
+
+def _lines(data: bytes) -> list[dict]:
+    return [json.loads(line) for line in data.decode().splitlines()]
+
+
+def _import(tmp_path, data: bytes, *args):
     path = tmp_path / "ledger.jsonl"
-    path.write_text(exported)
-    call_command("import_ledger", str(path), stdout=io.StringIO())
-    assert (Run.objects.count(), LedgerEvent.objects.count(), Effect.objects.count()) == counts
-    assert sorted(Effect.objects.values_list("idempotency_key", "status", "reference")) == effects
+    path.write_bytes(data)
+    call_command("import_ledger", str(path), *args, stdout=io.StringIO())
+
+
+@pytest.mark.postgres  # (the wipe goes around PostgreSQL's triggers with pgtrigger.ignore)
+def test_export_then_import_is_the_same_system_and_decides_the_same(tmp_path):
+    """Every row comes back with its id, agents and people carry on (tokens, roles), and every intent's
+    next trigger gets the decision it would have got in the exported database."""
+    from django.contrib.auth import get_user_model
+
+    from ledger import services
+
+    wf = _history()
+    exported = _export()
+    types = {line["type"] for line in _lines(exported)}
+    assert types >= {"export", "user", "agent", "token", "workflow", "goal", "run", "event", "effect", "checkpoint",
+                     "signature"}
+    counts = (Run.objects.count(), LedgerEvent.objects.count(), Effect.objects.count(),
+              get_user_model().objects.count())
+    intents = sorted(set(Run.objects.filter(staged=False).values_list("intent", flat=True)) | {"c"})
+
+    def decisions():
+        with transaction.atomic():
+            found = {}
+            for intent in intents:
+                inputs = {"n": 1}
+                run, _ = services.run_trigger(workflow_slug=wf.slug, intent=intent, inputs=inputs, actor="system")
+                found[intent] = (run.decision["outcome"], run.decision["reason_code"])
+            transaction.set_rollback(True)
+        return found
+
+    before = decisions()
+    _wipe()
+    _import(tmp_path, exported)
+    assert (Run.objects.count(), LedgerEvent.objects.count(), Effect.objects.count(),
+            get_user_model().objects.count()) == counts
     assert all(chain_verify(run=run)["ok"] for run in Run.objects.all())
-    assert _export() == exported
+    assert decisions() == before
+    again = _export()
+    assert [l for l in again.splitlines() if l not in exported.splitlines()][:2] == []
+    assert again == exported  # nothing lost, nothing added: the same file, signature included
+    assert Workflow.objects.create(slug="after").id > wf.id  # sequences continued past the imported ids
 
 
 def test_import_refuses_a_non_empty_database(tmp_path):
     _history()
-    path = tmp_path / "l.jsonl"
-    path.write_text(_export())
     with pytest.raises(CommandError, match="not empty"):
-        call_command("import_ledger", str(path), stdout=io.StringIO())
+        _import(tmp_path, _export())
 
 
-@pytest.mark.postgres  # (tampering goes around PostgreSQL's triggers with pgtrigger.ignore)
-@pytest.mark.parametrize("damage,message", [
-    (lambda ev: ev.update(actor="agent:forged"), "does not verify"),
-    (lambda ev: ev.update(seq=ev["seq"] + 10), "gap"),
+@pytest.mark.postgres
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda lines: next(l for l in lines if l["type"] == "event" and l["seq"] == 3).update(actor="agent:forged"),
+     "hash"),
+    (lambda lines: next(l for l in lines if l["type"] == "event" and l["seq"] == 3).update(seq=13), "seq"),
+    (lambda lines: next(l for l in lines if l["type"] == "run" and l["intent"] == "a").update(state="abandoned"),
+     "state is 'abandoned' in the file"),
+    (lambda lines: next(l for l in lines if l["type"] == "effect").update(status="verified", reference="forged"),
+     "effect"),
 ])
-def test_import_refuses_broken_chains_and_gaps(tmp_path, damage, message):
+def test_a_file_signed_after_tampering_is_refused_by_what_the_ledger_determines(tmp_path, damage, message):
+    """Even with the key (a re-signed file), what the events determine must equal the file: nothing written."""
     _history()
-    lines = [json.loads(line) for line in _export().splitlines()]
-    events = [line for line in lines if line["type"] == "event"]
-    damage(events[3])
+    lines = _lines(_export())[:-1]
+    damage(lines)
     _wipe()
-    path = tmp_path / "bad.jsonl"
-    path.write_text("\n".join(json.dumps(line) for line in lines))
     with pytest.raises(CommandError, match=message):
-        call_command("import_ledger", str(path), stdout=io.StringIO())
-    assert not LedgerEvent.objects.exists()
+        _import(tmp_path, _signed(lines))
+    assert not LedgerEvent.objects.exists() and not Run.objects.exists()
+
+
+@pytest.mark.postgres
+def test_an_edited_file_fails_its_signature_and_an_unsigned_one_needs_trust(tmp_path):
+    _history()
+    exported = _export()
+    edited = exported.replace(b'"intent":"a"', b'"intent":"z"', 1)
+    assert edited != exported
+    _wipe()
+    with pytest.raises(CommandError, match="export_signature_invalid"):
+        _import(tmp_path, edited)
+    unsigned = b"".join(line + b"\n" for line in exported.splitlines()[:-1])
+    with pytest.raises(CommandError, match="export_unsigned"):
+        _import(tmp_path, unsigned)
+    _import(tmp_path, unsigned, "--trust-unsigned")
+    from django.contrib.auth import get_user_model
+
+    from ledger.models import AuditEntry
+
+    assert Run.objects.exists() and not get_user_model().objects.exists()  # never identities
+    assert AuditEntry.objects.filter(action="import_unsigned").count() == 1
+
+
+@pytest.mark.postgres
+def test_an_approval_forged_to_approved_is_refused(tmp_path):
+    """An approval edited from pending to approved with no `approved` event in the ledger never imports."""
+    from ledger.models import Approval
+
+    wf = make_workflow(stages=["build", "publish"], effect_stages=["publish"], approval_stages=["publish"])
+    driver = AgentDriver(client_for(make_agent()[1]), wf.slug)
+    run = driver.trigger()
+    driver.pass_stage(run["id"], "build")
+    action = {"system": "cms", "operation": "publish", "target": "t", "summary": "s"}
+    assert driver.client.post(f"/api/v1/runs/{run['id']}/approvals/", {"kind": "high_impact", "stage": "publish",
+                                                                       "action": action}, format="json").status_code == 201
+    assert Approval.objects.get().status == "pending"
+    lines = _lines(_export())[:-1]
+    forged = next(line for line in lines if line["type"] == "approval")
+    forged.update(status="approved", decided_by="user:nobody")
+    _wipe()
+    with pytest.raises(CommandError, match="approval"):
+        _import(tmp_path, _signed(lines))
+
+
+@pytest.mark.parametrize(("line", "reason"), [
+    (b"[1, 2]", "not a JSON object"), (b"{not json", "not JSON"), (b'{"no": "type"}', "no type"),
+    (b'{"type": "nothing"}', "unknown type"), (b"\xff\xfe", "not UTF-8"),
+    (b'{"type": "event", "seq": "1"}', "event"),
+])
+def test_a_malformed_line_is_refused_by_its_number_and_reason(tmp_path, line, reason):
+    data = b'{"type": "export", "format": 2}\n' + line + b"\n"
+    with pytest.raises(CommandError, match=f"line 2.*{reason}|{reason}"):
+        _import(tmp_path, data, "--trust-unsigned")
+    assert not Run.objects.exists()
+
+
+def test_an_inspection_file_is_refused(tmp_path):
+    _history()
+    out = io.StringIO()
+    call_command("export_ledger", "--since", "2000-01-01", stdout=out, stderr=io.StringIO())
+    assert _lines(out.getvalue().encode())[0] == {"type": "export", "format": "partial"}
+    with pytest.raises(CommandError, match="export_partial"):
+        _import(tmp_path, out.getvalue().encode())
 
 
 def test_commands_create_identities_and_print_the_token_last():

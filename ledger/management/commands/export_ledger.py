@@ -1,3 +1,5 @@
+from datetime import timezone as dt_timezone
+
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -11,13 +13,16 @@ def _moment(value: str):
         if day is None:
             raise CommandError(f"Not a date or date-time: {value!r}")
         moment = parse_datetime(f"{day.isoformat()}T00:00:00+00:00")
+    if moment.tzinfo is None and "T" not in value and " " not in value:  # a date: midnight UTC
+        moment = moment.replace(tzinfo=dt_timezone.utc)
     if moment.tzinfo is None:
         raise CommandError(f"Give a timezone with {value!r} (e.g. +00:00).")
     return moment
 
 
 class Command(BaseCommand):
-    help = "Write ledger events as JSON Lines on stdout (context lines for workflows, runs, checkpoints, approvals)."
+    help = ("Write the whole system as signed JSON Lines on stdout (SPEC §11.2); with --since/--until an inspection "
+            "file of the events in that window, which import_ledger refuses.")
 
     def add_arguments(self, parser):
         parser.add_argument("--since", help="date or ISO date-time (inclusive)")
@@ -25,7 +30,14 @@ class Command(BaseCommand):
 
     def handle(self, *args, since=None, until=None, **options):
         count = 0
-        for line in export_lines(since=_moment(since) if since else None, until=_moment(until) if until else None):
-            self.stdout.write(line)
+        out = getattr(self.stdout, "buffer", None) or getattr(self.stdout._out, "buffer", None)
+        for line in export_lines(since=_moment(since) if since else None, until=_moment(until) if until else None,
+                                 warn=self.stderr.write):
+            if out is not None:
+                out.write(line)
+            else:
+                self.stdout.write(line.decode("utf-8"), ending="")
             count += 1
+        if out is not None:
+            out.flush()
         self.stderr.write(f"Exported {count} lines.")
