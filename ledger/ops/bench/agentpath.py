@@ -9,6 +9,10 @@ import json
 import time
 import uuid
 
+from django.db import connection, transaction
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
 from ledger.ops.bench.appends import STREAM_STAGES, STREAM_WORKFLOW, _Http, _service_trigger, plain_body
 from ledger.ops.bench.common import Measure, percentile, run_clients
 
@@ -100,8 +104,6 @@ def intents_workflow():
 def measure_intent_triggers(clients: int, duration: float, *, workflow_lock: bool) -> Measure:
     """New (unkeyed) triggers of ``INTENTS`` intents of one workflow, client i cycling through its share.
     ``workflow_lock``: each trigger first locks the workflow row, as every trigger did before the intent lock."""
-    from django.db import transaction
-
     from ledger import services
     from ledger.models import Workflow
 
@@ -157,9 +159,6 @@ class Counted:
 def statements_counted():
     """Every SQL statement of the block (Django's query log: the one pipeline sends nothing else).
     Yields a ``Counted``, complete once the block ends."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     counted = Counted()
     with CaptureQueriesContext(connection) as captured:
         yield counted
@@ -169,8 +168,6 @@ def statements_counted():
 def statements_per_request(token: str) -> dict:
     """Statements (and round trips: ``Counted``) of one request each, through Django's test client in this
     process (token auth included)."""
-    from django.test import Client
-
     client = Client(HTTP_AUTHORIZATION=f"Token {token}", HTTP_HOST="127.0.0.1")
 
     def post(path, body, expect):

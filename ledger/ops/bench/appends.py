@@ -16,8 +16,13 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.utils import timezone
 
 from ledger.ops.bench.common import BenchError, Measure, Out, database_url, run_clients
+from stateboard.webserver import processes_stop, server_name, web_command
 
 STREAM_WORKFLOW = "bench-stream"
 EFFECT_STAGES = ("commit", "push", "deploy")
@@ -32,8 +37,6 @@ STREAM_STAGES = (
 
 
 def _iso_now() -> str:
-    from django.utils import timezone
-
     return timezone.now().isoformat()
 
 
@@ -192,9 +195,6 @@ def web_server(db_name: str, say: Out, server: str | None = None, **env_extra: s
     """The web server started as ``manage.py up`` starts it (``stateboard.webserver``; ``server`` overrides
     ``WEB_SERVER``), on a free port."""
     import requests
-    from django.conf import settings
-
-    from stateboard.webserver import processes_stop, server_name, web_command
 
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
@@ -246,8 +246,6 @@ class _Http:
     IDLE_RECONNECT = 3.0  # seconds; the server closes a keep-alive connection idle for 5 s
 
     def __init__(self, base: str, token: str):
-        from urllib.parse import urlsplit
-
         parts = urlsplit(base)
         self.address = (parts.hostname, parts.port)
         self.headers = (f"Host: {parts.hostname}:{parts.port}\r\nAuthorization: Token {token}\r\n"
