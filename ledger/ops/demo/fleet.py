@@ -13,10 +13,12 @@ import os
 import queue
 import random
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from ledger.ops.demo.scenarios import PROMISED, SCENARIOS
+from ledger.ops.demo.agent import Agent
+from ledger.ops.demo.scenarios import PROMISED, SCENARIOS, tend
 
 EXECUTOR_GRACE_SECONDS = 6
 PASS_TIMEOUT_SECONDS = 300
@@ -25,9 +27,6 @@ PASS_TIMEOUT_SECONDS = 300
 def agent_main(url: str, name: str, token: str, editor_token: str, pace: float, executors: dict,
                tasks, results) -> None:
     """An agent process: take (scenario, tag) items until ``None``; put (scenario, records) back."""
-    from ledger.ops.demo.agent import Agent
-    from ledger.ops.demo.scenarios import tend
-
     agent = Agent(url, name, token, editor_token, pace=pace, executors=executors)
     parent = os.getppid()
     try:
@@ -170,6 +169,4 @@ def summarize(records: list[dict], since: datetime) -> tuple[list[str], list[str
 
 
 def _uuid(text: str):
-    import uuid
-
     return uuid.UUID(text)
