@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class LedgerConfig(AppConfig):
@@ -6,8 +7,6 @@ class LedgerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from django.db.models.signals import post_migrate
-
         from ledger.api import openapi  # noqa: F401  (registers the OpenAPI auth extension)
         from ledger.api.common import refusal_record
         from stateboard import policy

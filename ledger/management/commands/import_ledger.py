@@ -1,3 +1,5 @@
+import sys
+
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger.ops.portability import ImportRefused, import_file
@@ -10,8 +12,6 @@ class Command(BaseCommand):
         parser.add_argument("file", help="path to the JSON Lines file, or - for stdin")
 
     def handle(self, *args, file, **options):
-        import sys
-
         try:
             stream = sys.stdin if file == "-" else open(file, encoding="utf-8")
         except OSError as exc:
