@@ -37,7 +37,7 @@ def outbox_put(*, task: str, args: list | None = None, kwargs: dict | None = Non
 
 
 def _send(row: Outbox) -> None:
-    import ledger.tasks  # noqa: F401 (registers the ledger's tasks in this process)
+    import ledger.tasks  # noqa: F401 (registers the tasks; (a) circle: services.outbox <- tasks)
 
     task = app.tasks.get(row.task)
     if task is not None:  # apply_async honours task_always_eager (tests and the embedded demo)

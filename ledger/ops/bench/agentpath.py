@@ -58,7 +58,7 @@ def measure_http_batch(base: str, token: str, clients: int, duration: float, siz
 
 def measure_service_batch(clients: int, duration: float, size: int = BATCH_SIZE) -> Measure:
     """Batches of ``size`` plain events through ``services.events_append``; the Measure counts events."""
-    from ledger import services
+    from ledger import services  # (d) the instructions child imports this pre-setup
 
     def prepare(i):
         actor = f"agent:bench-batch-{i}"
@@ -93,7 +93,7 @@ def measure_duplicate_trigger(base: str, token: str, n: int) -> dict:
 
 
 def intents_workflow():
-    from ledger.models import Workflow
+    from ledger.models import Workflow  # (d) the instructions child imports this pre-setup
 
     workflow, _ = Workflow.objects.get_or_create(
         slug=INTENTS_WORKFLOW, defaults={"title": "Bench intents", "stages": list(STREAM_STAGES[:4]),
@@ -104,8 +104,8 @@ def intents_workflow():
 def measure_intent_triggers(clients: int, duration: float, *, workflow_lock: bool) -> Measure:
     """New (unkeyed) triggers of ``INTENTS`` intents of one workflow, client i cycling through its share.
     ``workflow_lock``: each trigger first locks the workflow row, as every trigger did before the intent lock."""
-    from ledger import services
-    from ledger.models import Workflow
+    from ledger import services  # (d) the instructions child imports this pre-setup
+    from ledger.models import Workflow  # (d) the instructions child imports this pre-setup
 
     tag = uuid.uuid4().hex[:6]
     per_client = max(1, INTENTS // clients)

@@ -87,7 +87,7 @@ def _resume_setup(scale: float, say: Out):
 
 def measure_resume(base: str, token: str, user, samples: int) -> dict:
     """p50 / p95 (ms) of the packet in this process and over HTTP, for one run of the scoped workflow."""
-    import requests
+    import requests  # (c) a test extra, not a product dependency
 
     run, _ = services.run_trigger(workflow_slug=RESUME_WORKFLOW, inputs={"item": 1}, intent="resume/1",
                                   env_fingerprint="img:1", actor=f"agent:{user.username}")

@@ -42,8 +42,8 @@ WARMUP = 50
 
 def run(*, out, db_name: str, ops: int = 300) -> dict:
     """Count the three loops (``ops`` operations each) and print instructions per operation."""
-    from ledger import services
-    from ledger.identities import agent_create
+    from ledger import services  # (d) the `-m` child imports this pre-setup
+    from ledger.identities import agent_create  # (d)
 
     say = Out(out)
     valgrind, control = shutil.which("valgrind"), shutil.which("callgrind_control")
@@ -118,7 +118,7 @@ def _wsgi_post(application, path: str, token: str, body: dict) -> tuple[str, byt
 
 def _child(spec_path: str) -> None:
     django.setup()
-    from stateboard.wsgi import application
+    from stateboard.wsgi import application  # (d) after django.setup() in the `-m` child
 
     spec = json.loads(Path(spec_path).read_text())
     ops, actor, token, runs, control = spec["ops"], spec["actor"], spec["token"], spec["runs"], spec["control"]
@@ -131,7 +131,7 @@ def _child(spec_path: str) -> None:
 
 
 def _count_loops(control: str, raw_insert, runs: dict, actor: str, token: str, application, ops: int) -> None:
-    from ledger import services
+    from ledger import services  # (d) the `-m` child imports this pre-setup
 
     def service_append():
         services.event_append(run_id=runs["service"], body=plain_body(STREAM_STAGES[0]), actor=actor)

@@ -108,11 +108,11 @@ class Fleet:
 
 def executor_nudge() -> int:
     """An executor pass for runs the executor has held past the grace period (no worker seems to run)."""
-    from django.utils.dateparse import parse_datetime
+    from django.utils.dateparse import parse_datetime  # (d) spawned agents import this module: no Django
 
-    from ledger import services
-    from ledger.models import Approval, Run
-    from ledger.services.writer import EXECUTOR
+    from ledger import services  # (d)
+    from ledger.models import Approval, Run  # (d)
+    from ledger.services.writer import EXECUTOR  # (d)
 
     done = 0
     now = datetime.now(timezone.utc)
@@ -146,8 +146,8 @@ def round_tag(now: datetime | None = None) -> str:
 
 def summarize(records: list[dict], since: datetime) -> tuple[list[str], list[str]]:
     """The summary lines (scenario → run, decision, final state) and the check's failures."""
-    from ledger import selectors
-    from ledger.models import Run
+    from ledger import selectors  # (d) spawned agents import this module: no Django
+    from ledger.models import Run  # (d)
 
     ids = [r["run"] for r in records if r.get("run")]
     states = dict(Run.objects.filter(id__in=ids).values_list("id", "state"))
