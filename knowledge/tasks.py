@@ -1,25 +1,22 @@
 from celery import shared_task
 
+from knowledge import services
+from knowledge.ops import sweeps
+
 
 @shared_task(acks_late=True)
 def tombstones_gc() -> int:
     """Remove tombstones no live checkpoint could resurrect; safe to run twice."""
-    from knowledge import services
-
     return services.tombstones_gc()["count"]
 
 
 @shared_task(acks_late=True)
 def claims_stale_sweep() -> int:
     """Notify owners of claims whose refresh_after passed, once per version; safe twice."""
-    from knowledge.ops import sweeps
-
     return sweeps.claims_stale_sweep()["marked"]
 
 
 @shared_task(acks_late=True)
 def claims_retention_sweep() -> int:
     """Erase sensitive claims past retention_until (the one true deletion); safe twice."""
-    from knowledge.ops import sweeps
-
     return sweeps.claims_retention_sweep()["erased"]

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class LedgerConfig(AppConfig):
@@ -6,12 +7,10 @@ class LedgerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from django.db.models.signals import post_migrate
-
         from ledger.api import openapi  # noqa: F401  (registers the OpenAPI auth extension)
-        from ledger.api.common import refusal_record
-        from stateboard import policy
-        from stateboard.db import sqlite_guards_install
+        from ledger.api.common import refusal_record  # (b) the app registry is not ready when apps.py loads
+        from stateboard import policy  # (b)
+        from stateboard.db import sqlite_guards_install  # (b)
 
         post_migrate.connect(sqlite_guards_install, dispatch_uid="stateboard.sqlite_guards")
         policy.refusal_recorder = refusal_record
@@ -20,9 +19,9 @@ class LedgerConfig(AppConfig):
     @staticmethod
     def knowledge_ports_wire():
         """The ledger's side of ``knowledge.ports``: knowledge imports nothing from the ledger."""
-        from knowledge import ports
-        from ledger import selectors, services
-        from ledger.services import notifications
+        from knowledge import ports  # (b) called from ready(): no models while apps.py loads
+        from ledger import selectors, services  # (b)
+        from ledger.services import notifications  # (b)
 
         def notifications_send_many(notices, *, now=None):
             return notifications.notifications_send_many([notifications.Item(*n) for n in notices], now=now)

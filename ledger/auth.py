@@ -9,6 +9,7 @@ import secrets
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
+from ledger.models import ApiToken
 from ledger.store import store
 from stateboard.canonical import sha256_hex
 from stateboard.roles import roles_remember
@@ -16,16 +17,12 @@ from stateboard.roles import roles_remember
 
 def token_issue(*, user) -> str:
     """Create a token for ``user`` and return the key; it is shown once and never stored."""
-    from ledger.models import ApiToken
-
     key = secrets.token_urlsafe(32)
     ApiToken.objects.create(user=user, key_hash=sha256_hex(key), prefix=key[:8])
     return key
 
 
 def token_revoke(*, key: str) -> bool:
-    from ledger.models import ApiToken
-
     return bool(ApiToken.objects.filter(key_hash=sha256_hex(key), revoked_at__isnull=True)
                 .update(revoked_at=timezone.now()))
 

@@ -3,28 +3,24 @@
 from celery import shared_task
 from django.utils import timezone
 
+from ledger import services
+
 
 @shared_task(acks_late=True)
 def runs_expire_leases() -> int:
     """Move runs whose executor went silent past the lease to failed."""
-    from ledger import services
-
     return services.runs_expire_leases(now=timezone.now())
 
 
 @shared_task(acks_late=True)
 def approvals_expire() -> int:
     """Expire undecided approval requests past their deadline into escalations."""
-    from ledger import services
-
     return services.approvals_expire(now=timezone.now())
 
 
 @shared_task(acks_late=True)
 def checkpoints_prune() -> int:
     """Delete expired checkpoints that are no longer the latest of their intent."""
-    from ledger import services
-
     return services.checkpoints_prune(now=timezone.now())
 
 
@@ -33,8 +29,6 @@ def workflow_fire(workflow_slug: str, slot: str | None = None) -> str:
     """A schedule tick. ``slot`` is the tick's scheduled time T, computed by beat (``ledger.ops.beat``) and
     carried in the message: the worker never reads its own clock for it, so a late or repeated
     delivery of one tick is still that tick's one run."""
-    from ledger import services
-
     if not slot:
         raise ValueError("workflow_fire needs the tick's slot (sent by ledger.ops.beat.TickScheduler)")
     run = services.schedule_tick(workflow_slug=workflow_slug, slot=slot)
@@ -44,22 +38,16 @@ def workflow_fire(workflow_slug: str, slot: str | None = None) -> str:
 @shared_task(acks_late=True)
 def executor_run(run_id: str, stage: str) -> str:
     """One executor pass over an effect stage (SPEC §5.2); a redelivered message is harmless."""
-    from ledger import services
-
     return services.executor_run(run_id=run_id, stage=stage)
 
 
 @shared_task(acks_late=True)
 def executor_sweep() -> int:
     """Re-enqueue executor attempts past their deadline; escalate stuck executor stages."""
-    from ledger import services
-
     return services.executor_sweep(now=timezone.now())
 
 
 @shared_task(acks_late=True)
 def outbox_relay() -> int:
     """Send outbox rows the on-commit relay could not (the broker was down)."""
-    from ledger import services
-
     return services.outbox_relay()

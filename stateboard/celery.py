@@ -13,7 +13,7 @@ app.autodiscover_tasks()
 @worker_process_init.connect
 def _close_inherited_connections(**kwargs):
     """Prefork children must not share the parent's database connections or pool."""
-    from django.db import connections
+    from django.db import connections  # (d) every process loads this, HTTP-only agents too
 
     for conn in connections.all(initialized_only=True):
         conn.close()

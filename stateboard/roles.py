@@ -6,6 +6,9 @@ an action an authorizer decides (``ledger/authorizers.py``, ``knowledge/authoriz
 ``ANY`` with that authorizer, which refuses.
 """
 
+from django.contrib.auth import get_user_model
+from django.db.models import Q
+
 from stateboard.errors import Refused
 
 AGENT, EDITOR, OWNER, ONCALL, VIEWER = "agent", "editor", "owner", "oncall", "viewer"
@@ -43,9 +46,6 @@ def is_agent(user) -> bool:
 
 def users_in_role(role: str):
     """Active people holding ``role`` (superusers hold every human role); never agents."""
-    from django.contrib.auth import get_user_model
-    from django.db.models import Q
-
     return (get_user_model().objects.filter(is_active=True).filter(Q(groups__name=role) | Q(is_superuser=True))
             .exclude(groups__name=AGENT).distinct().order_by("id"))
 

@@ -2,9 +2,14 @@
 
 import functools
 
+import redis
 from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from stateboard.celery import app
 
 
 def _database_ok() -> tuple[bool, str]:
@@ -23,10 +28,6 @@ HEALTH_CLIENT_NAME = "stateboard-healthz"
 def _redis_client(url: str):
     """One client per broker URL in this process: its pool keeps the connection between health checks and
     replaces one Redis dropped (a restart) at the next check; a failed command is retried once, at once."""
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
     return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2, retry=Retry(NoBackoff(), 1),
                                 client_name=HEALTH_CLIENT_NAME)
 
@@ -34,8 +35,6 @@ def _redis_client(url: str):
 def _broker_ok() -> tuple[bool, str]:
     """A Redis broker is PINGed on a kept connection (a new broker connection per check cost ~5 ms of CPU,
     more than an append); another broker (the embedded file system one) is connected to as Celery does."""
-    from stateboard.celery import app
-
     url = app.conf.broker_url or ""
     try:
         if url.startswith(("redis://", "rediss://")):

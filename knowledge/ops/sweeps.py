@@ -32,9 +32,10 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from knowledge import ports
+from knowledge import ports, services
 from knowledge.models import Claim, ClaimHead, ClaimStatus, GateDecision, Sensitivity
 from stateboard.db import guard_lifted
+from stateboard.roles import OWNER, users_in_role
 
 STALE_BATCH = 1000
 RETENTION_BATCH = 100
@@ -65,8 +66,6 @@ def _owner_ids(head_owner_id: int | None, cache: dict) -> list[int]:
     if head_owner_id is not None:
         return [head_owner_id]
     if "owners" not in cache:
-        from stateboard.roles import OWNER, users_in_role
-
         cache["owners"] = list(users_in_role(OWNER).values_list("id", flat=True))
     return cache["owners"]
 
@@ -127,8 +126,6 @@ def claims_retention_sweep(*, now: datetime | None = None, batch_size: int = RET
 
 
 def _retention_batch(now: datetime, size: int) -> dict:
-    from knowledge import services
-
     candidates = list(_due(now).order_by("key").values_list("key", flat=True).distinct()[:size])
     if not candidates:
         return {"rows": 0}

@@ -3,6 +3,7 @@
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.urls import reverse
 
 
 class Notification(models.Model):
@@ -99,6 +100,4 @@ class SavedView(models.Model):
         return self.name
 
     def url(self) -> str:
-        from django.urls import reverse
-
         return reverse("ledger:run_list") + (f"?{self.query}" if self.query else "")

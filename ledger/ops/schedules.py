@@ -4,6 +4,12 @@ import json
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
+from celery.schedules import crontab
+from croniter import CroniterBadDateError, croniter
+from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
+
+from ledger.models import Workflow
+
 SWEEPS = {
     "stateboard: expire leases": ("ledger.tasks.runs_expire_leases", 60),
     "stateboard: expire approvals": ("ledger.tasks.approvals_expire", 60),
@@ -19,9 +25,6 @@ SLOT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 def schedule_problem(expression: str) -> str | None:
     """Why a 5-field UTC cron expression is refused, or None when it is valid and can fire."""
-    from celery.schedules import crontab
-    from croniter import CroniterBadDateError, croniter
-
     fields = expression.split()
     if len(fields) != 5:
         return "Use a five-field cron expression: minute hour day-of-month month day-of-week."
@@ -41,8 +44,6 @@ def schedule_problem(expression: str) -> str | None:
 
 def tick_slot(expression: str, now: datetime) -> str:
     """The scheduled time T of the tick due at ``now``: the latest cron time at or before ``now`` (UTC)."""
-    from croniter import croniter
-
     now = now.astimezone(dt_timezone.utc).replace(microsecond=0)
     slot = croniter(expression, now + timedelta(seconds=1)).get_prev(datetime)
     return slot.astimezone(dt_timezone.utc).strftime(SLOT_FORMAT)
@@ -50,10 +51,6 @@ def tick_slot(expression: str, now: datetime) -> str:
 
 def periodic_tasks_ensure() -> int:
     """Create or update the beat entries; returns how many workflow schedules are installed."""
-    from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
-
-    from ledger.models import Workflow
-
     for name, (task, seconds) in SWEEPS.items():
         every, _ = IntervalSchedule.objects.get_or_create(every=seconds, period=IntervalSchedule.SECONDS)
         PeriodicTask.objects.update_or_create(name=name, defaults={"task": task, "interval": every, "crontab": None})

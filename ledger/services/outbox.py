@@ -8,7 +8,6 @@ loses it. Tasks are idempotent, so a row sent twice (the send succeeded, the mar
 from __future__ import annotations
 
 import logging
-
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
@@ -16,6 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger.models import Outbox
+from stateboard.celery import app
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +37,7 @@ def outbox_put(*, task: str, args: list | None = None, kwargs: dict | None = Non
 
 
 def _send(row: Outbox) -> None:
-    import ledger.tasks  # noqa: F401 (registers the ledger's tasks in this process)
-    from stateboard.celery import app
+    import ledger.tasks  # noqa: F401 (registers the tasks; (a) circle: services.outbox <- tasks)
 
     task = app.tasks.get(row.task)
     if task is not None:  # apply_async honours task_always_eager (tests and the embedded demo)

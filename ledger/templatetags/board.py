@@ -4,6 +4,7 @@ from datetime import datetime, timezone as dt_timezone
 
 from django import template
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
@@ -45,8 +46,6 @@ def when(context, value, mode: str = ""):
     if value in (None, ""):
         return "—"
     if isinstance(value, str):
-        from django.utils.dateparse import parse_datetime
-
         parsed = parse_datetime(value)
         if parsed is None:
             return value

@@ -2,13 +2,13 @@
 
 from django import template
 
+from ledger import selectors
+
 register = template.Library()
 
 
 @register.simple_tag(takes_context=True)
 def notifications_unread(context) -> int:
-    from ledger import selectors
-
     request = context.get("request")
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:

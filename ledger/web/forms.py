@@ -3,6 +3,7 @@
 import uuid
 
 from django import forms
+from django.http import QueryDict
 
 
 class ReasonForm(forms.Form):
@@ -63,8 +64,6 @@ class SavedViewForm(forms.Form):
     query = forms.CharField(required=False, max_length=2000, widget=forms.HiddenInput)
 
     def clean_query(self):
-        from django.http import QueryDict
-
         allowed = {"q", "workflow", "state", "intent", "since"}
         query = QueryDict(self.cleaned_data.get("query") or "", mutable=True)
         for key in list(query):

@@ -2,6 +2,7 @@
 
 from datetime import datetime, timedelta, timezone as dt_timezone
 
+from celery.schedules import crontab
 from django.db.models import Count, Max
 from django.http import Http404
 from django.shortcuts import render
@@ -17,8 +18,6 @@ def next_ticks(schedule: str, *, now=None, count: int = 5) -> list:
 
     Day of month and day of week both restrict (Celery's semantics). Empty for no or a bad schedule.
     """
-    from celery.schedules import crontab
-
     try:
         minute, hour, day, month, weekday = schedule.split()
         cron = crontab(minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday)

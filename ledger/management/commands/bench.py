@@ -12,6 +12,9 @@ reach the server; nothing is written to it. Example::
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger.ops.bench import agents, instructions, knowledge, ledger, pages, sweeps
+from ledger.ops.bench.common import BenchError, Out, scratch_database
+
 
 class Command(BaseCommand):
     help = (
@@ -50,9 +53,6 @@ class Command(BaseCommand):
                             help="instructions: operations counted per loop (after a warm-up of as many, at most 50)")
 
     def handle(self, *args, **options):
-        from ledger.ops.bench import agents, instructions, knowledge, ledger, pages, sweeps
-        from ledger.ops.bench.common import BenchError, Out, scratch_database
-
         try:
             if options["target"] in ("knowledge", "sweeps", "pages"):
                 bench = {"knowledge": knowledge, "sweeps": sweeps, "pages": pages}[options["target"]]

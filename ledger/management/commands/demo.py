@@ -11,6 +11,11 @@ from datetime import datetime, timezone
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger.management.commands.up import stop_on_sigterm
+from ledger.models import Workflow
+from ledger.ops.demo import WORKFLOWS
+from ledger.ops.demo.fleet import Fleet, round_tag, summarize
+from ledger.ops.demo.scenarios import SCENARIOS
+from ledger.ops.demo.setup import demo_setup
 
 LIVING_SCENARIOS_PER_ROUND = 3
 
@@ -29,12 +34,6 @@ class Command(BaseCommand):
         parser.add_argument("--pause", type=float, default=45.0, help="seconds between rounds of the living fleet")
 
     def handle(self, *args, url, agents, once, pause, **options):
-        from ledger.ops.demo import WORKFLOWS
-        from ledger.ops.demo.fleet import Fleet, round_tag, summarize
-        from ledger.ops.demo.scenarios import SCENARIOS
-        from ledger.ops.demo.setup import demo_setup
-        from ledger.models import Workflow
-
         if agents < 1:
             raise CommandError("--agents must be at least 1.")
         url = url.rstrip("/")

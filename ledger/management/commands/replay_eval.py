@@ -14,6 +14,10 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from ledger import selectors
+from ledger.models import ReplayEval
+from ledger.ops.replay.episodes import replay
+
 
 class Command(BaseCommand):
     help = ("Replay randomized fault-injected episodes through the API and compare every recovery decision "
@@ -25,10 +29,6 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=None, help="random seed (default: random, printed)")
 
     def handle(self, *args, **options):
-        from ledger import selectors
-        from ledger.models import ReplayEval
-        from ledger.ops.replay.episodes import replay
-
         episodes = options["episodes"]
         if episodes < 1:
             raise CommandError("--episodes must be at least 1.")

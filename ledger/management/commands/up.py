@@ -5,11 +5,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger.ops.schedules import periodic_tasks_ensure
 from stateboard.webserver import processes_stop, web_command
 
 
@@ -44,8 +47,6 @@ class Command(BaseCommand):
         self.stdout.write(f"Database: {engine}; broker: {settings.CELERY_BROKER_URL.split('@')[-1]}")
         self.stdout.write("Applying migrations…")
         call_command("migrate", interactive=False, verbosity=0)
-        from ledger.ops.schedules import periodic_tasks_ensure
-
         periodic_tasks_ensure()
         env = dict(os.environ)
         if not os.environ.get("DATABASE_URL") and "SECURE_COOKIES" not in os.environ:
@@ -103,9 +104,6 @@ class Command(BaseCommand):
 
     def _wait_healthy(self, bind, web):
         """Return once the web server answers /healthz (200 or 503: it serves); fail if it dies first."""
-        import urllib.error
-        import urllib.request
-
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if web.poll() is not None:

@@ -9,6 +9,10 @@ import json
 import time
 import uuid
 
+from django.db import connection, transaction
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
 from ledger.ops.bench.appends import STREAM_STAGES, STREAM_WORKFLOW, _Http, _service_trigger, plain_body
 from ledger.ops.bench.common import Measure, percentile, run_clients
 
@@ -54,7 +58,7 @@ def measure_http_batch(base: str, token: str, clients: int, duration: float, siz
 
 def measure_service_batch(clients: int, duration: float, size: int = BATCH_SIZE) -> Measure:
     """Batches of ``size`` plain events through ``services.events_append``; the Measure counts events."""
-    from ledger import services
+    from ledger import services  # (d) the instructions child imports this pre-setup
 
     def prepare(i):
         actor = f"agent:bench-batch-{i}"
@@ -89,7 +93,7 @@ def measure_duplicate_trigger(base: str, token: str, n: int) -> dict:
 
 
 def intents_workflow():
-    from ledger.models import Workflow
+    from ledger.models import Workflow  # (d) the instructions child imports this pre-setup
 
     workflow, _ = Workflow.objects.get_or_create(
         slug=INTENTS_WORKFLOW, defaults={"title": "Bench intents", "stages": list(STREAM_STAGES[:4]),
@@ -100,10 +104,8 @@ def intents_workflow():
 def measure_intent_triggers(clients: int, duration: float, *, workflow_lock: bool) -> Measure:
     """New (unkeyed) triggers of ``INTENTS`` intents of one workflow, client i cycling through its share.
     ``workflow_lock``: each trigger first locks the workflow row, as every trigger did before the intent lock."""
-    from django.db import transaction
-
-    from ledger import services
-    from ledger.models import Workflow
+    from ledger import services  # (d) the instructions child imports this pre-setup
+    from ledger.models import Workflow  # (d) the instructions child imports this pre-setup
 
     tag = uuid.uuid4().hex[:6]
     per_client = max(1, INTENTS // clients)
@@ -157,9 +159,6 @@ class Counted:
 def statements_counted():
     """Every SQL statement of the block (Django's query log: the one pipeline sends nothing else).
     Yields a ``Counted``, complete once the block ends."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     counted = Counted()
     with CaptureQueriesContext(connection) as captured:
         yield counted
@@ -169,8 +168,6 @@ def statements_counted():
 def statements_per_request(token: str) -> dict:
     """Statements (and round trips: ``Counted``) of one request each, through Django's test client in this
     process (token auth included)."""
-    from django.test import Client
-
     client = Client(HTTP_AUTHORIZATION=f"Token {token}", HTTP_HOST="127.0.0.1")
 
     def post(path, body, expect):

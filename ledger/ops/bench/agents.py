@@ -20,9 +20,19 @@ import random
 import time
 import uuid
 
+from django.conf import settings
+from django.utils import timezone
+
+from knowledge.models import Claim, ClaimHead
+from ledger import services
+from ledger.identities import agent_create, operator_create
+from ledger.models import Run
 from ledger.ops.bench import appends
 from ledger.ops.bench.appends import CALLS_PER_RUN, EFFECT_STAGES, STREAM_STAGES
-from ledger.ops.bench.common import Out, Report, Row, loadavg, median, percentile, rate, ratio
+from ledger.ops.bench.common import Out, Report, Row, loadavg, median, percentile, rate, ratio, run_clients
+from ledger.ops.bench.loader import analyze, claim_heads_build, claims_load
+from ledger.resume import resume_packet
+from stateboard.client import Client
 
 RESUME_WORKFLOW = "bench-resume"
 RESUME_SYSTEM = "bench-resume"
@@ -32,8 +42,6 @@ PACKET_SAMPLES = 100
 
 def _client_run(sb) -> None:
     """One run through the Python client: triggered, every stage passed, effects verified."""
-    from django.utils import timezone
-
     run = sb.trigger(appends.STREAM_WORKFLOW, {"item": uuid.uuid4().hex}, intent=f"agents/{uuid.uuid4().hex[:12]}",
                      env_fingerprint="img:1")
     assert run.outcome == "fresh", run.decision
@@ -50,9 +58,6 @@ def _client_run(sb) -> None:
 
 
 def measure_client_runs(base: str, token: str, clients: int, duration: float):
-    from ledger.ops.bench.common import run_clients
-    from stateboard.client import Client
-
     def prepare(i):
         sb = Client(base, token, timeout=30)
         sb.workflow(appends.STREAM_WORKFLOW)  # the client caches the definition, as a long-lived agent does
@@ -63,18 +68,11 @@ def measure_client_runs(base: str, token: str, clients: int, duration: float):
 
 def _resume_setup(scale: float, say: Out):
     """The workflow with its knowledge scope, the claims in it, and one run of it (leased to the agent)."""
-    from django.utils import timezone
-
-    from ledger import services
-    from ledger.identities import operator_create
-    from ledger.ops.bench.loader import analyze, claim_heads_build, claims_load
-
     n_keys = max(20, int(FULL_CLAIMS * scale))
     started = time.perf_counter()
     loaded = claims_load(system=RESUME_SYSTEM, prefix="bench.resume/", n_keys=n_keys, rng=random.Random(7),
                          now=timezone.now())
     heads = claim_heads_build(system=RESUME_SYSTEM)
-    from knowledge.models import Claim, ClaimHead
 
     analyze(Claim, ClaimHead)
     say(f"  loaded {heads:,} claim keys ({loaded.versions:,} versions, {len(loaded.live_keys):,} live) in "
@@ -89,11 +87,7 @@ def _resume_setup(scale: float, say: Out):
 
 def measure_resume(base: str, token: str, user, samples: int) -> dict:
     """p50 / p95 (ms) of the packet in this process and over HTTP, for one run of the scoped workflow."""
-    import requests
-
-    from ledger import services
-    from ledger.models import Run
-    from ledger.resume import resume_packet
+    import requests  # (c) a test extra, not a product dependency
 
     run, _ = services.run_trigger(workflow_slug=RESUME_WORKFLOW, inputs={"item": 1}, intent="resume/1",
                                   env_fingerprint="img:1", actor=f"agent:{user.username}")
@@ -124,10 +118,6 @@ def measure_resume(base: str, token: str, user, samples: int) -> dict:
 
 def run(*, out, scale: float = 1.0, reps: int = 3, duration: float = 5.0, clients: int = 4,
         db_name: str = "stateboard_bench") -> Report:
-    from django.conf import settings
-
-    from ledger.identities import agent_create
-
     say = Out(out)
     report = Report()
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise

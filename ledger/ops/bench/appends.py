@@ -16,8 +16,13 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.utils import timezone
 
 from ledger.ops.bench.common import BenchError, Measure, Out, database_url, run_clients
+from stateboard.webserver import processes_stop, server_name, web_command
 
 STREAM_WORKFLOW = "bench-stream"
 EFFECT_STAGES = ("commit", "push", "deploy")
@@ -32,8 +37,6 @@ STREAM_STAGES = (
 
 
 def _iso_now() -> str:
-    from django.utils import timezone
-
     return timezone.now().isoformat()
 
 
@@ -92,7 +95,7 @@ def _runs_needed(rate_guess: float, duration: float) -> int:
 
 
 def stream_workflow():
-    from ledger.models import Workflow
+    from ledger.models import Workflow  # (d) the instructions child imports this pre-setup
 
     workflow, _ = Workflow.objects.get_or_create(
         slug=STREAM_WORKFLOW,
@@ -102,7 +105,7 @@ def stream_workflow():
 
 
 def _service_trigger(actor: str) -> str:
-    from ledger import services
+    from ledger import services  # (d) the instructions child imports this pre-setup
 
     run, _ = services.run_trigger(workflow_slug=STREAM_WORKFLOW, inputs={"item": uuid.uuid4().hex},
                                   intent=f"{actor}/{uuid.uuid4().hex[:12]}", env_fingerprint="img:1",
@@ -112,7 +115,7 @@ def _service_trigger(actor: str) -> str:
 
 
 def measure_service_stream(clients: int, duration: float, rate_guess: float) -> Measure:
-    from ledger import services
+    from ledger import services  # (d) the instructions child imports this pre-setup
 
     def prepare(i):
         actor = f"agent:bench-svc-{i}"
@@ -131,7 +134,7 @@ def measure_service_stream(clients: int, duration: float, rate_guess: float) -> 
 
 
 def measure_service_plain(clients: int, duration: float) -> Measure:
-    from ledger import services
+    from ledger import services  # (d) the instructions child imports this pre-setup
 
     def prepare(i):
         actor = f"agent:bench-plain-{i}"
@@ -161,8 +164,8 @@ def checkpoint_payload(run_id) -> dict:
 
 
 def measure_checkpoint(clients: int, duration: float) -> Measure:
-    from ledger import selectors, services
-    from ledger.models import Run
+    from ledger import selectors, services  # (d) the instructions child imports this pre-setup
+    from ledger.models import Run  # (d) the instructions child imports this pre-setup
 
     def prepare(i):
         actor = f"agent:bench-cp-{i}"
@@ -191,10 +194,7 @@ def _free_port() -> int:
 def web_server(db_name: str, say: Out, server: str | None = None, **env_extra: str):
     """The web server started as ``manage.py up`` starts it (``stateboard.webserver``; ``server`` overrides
     ``WEB_SERVER``), on a free port."""
-    import requests
-    from django.conf import settings
-
-    from stateboard.webserver import processes_stop, server_name, web_command
+    import requests  # (c) a test extra, not a product dependency
 
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
@@ -246,8 +246,6 @@ class _Http:
     IDLE_RECONNECT = 3.0  # seconds; the server closes a keep-alive connection idle for 5 s
 
     def __init__(self, base: str, token: str):
-        from urllib.parse import urlsplit
-
         parts = urlsplit(base)
         self.address = (parts.hostname, parts.port)
         self.headers = (f"Host: {parts.hostname}:{parts.port}\r\nAuthorization: Token {token}\r\n"

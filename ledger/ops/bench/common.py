@@ -4,6 +4,7 @@ client processes, and the raw psycopg baseline each figure is compared with."""
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import re
 import statistics
@@ -11,6 +12,12 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
+from urllib.parse import quote
+
+import psycopg
+from django.core.management import call_command
+from django.db import connection, connections
+from psycopg import sql
 
 from stateboard.stats import percentile
 
@@ -106,8 +113,6 @@ def loadavg() -> str:
 
 
 def _db_settings():
-    from django.db import connections
-
     return connections["default"].settings_dict
 
 
@@ -120,15 +125,11 @@ def _conn_kwargs(dbname: str | None = None) -> dict:
 
 def raw_connect(dbname: str | None = None, autocommit: bool = False):
     """A plain psycopg connection (no Django) to ``dbname``, by default the one Django uses now."""
-    import psycopg
-
     return psycopg.connect(autocommit=autocommit, **_conn_kwargs(dbname))
 
 
 def _admin_connect():
     """An autocommit connection to a maintenance database of the same server."""
-    import psycopg
-
     last = None
     for name in ("postgres", "template1", _db_settings()["NAME"]):
         try:
@@ -140,8 +141,6 @@ def _admin_connect():
 
 def close_django_connections() -> None:
     """Close every Django connection and its pool (before forking, or switching databases)."""
-    from django.db import connections
-
     for conn in connections.all():
         conn.close()
         close_pool = getattr(conn, "close_pool", None)
@@ -151,16 +150,12 @@ def close_django_connections() -> None:
 
 def _switch_database(name: str) -> None:
     """Point Django's default connection (every thread's, and the pool) at database ``name``."""
-    from django.db import connections
-
     close_django_connections()
     connections["default"].settings_dict["NAME"] = name
 
 
 def database_url(name: str) -> str:
     """DATABASE_URL for database ``name`` on the configured server (for a server subprocess)."""
-    from urllib.parse import quote
-
     s = _db_settings()
     auth = quote(s.get("USER") or "", safe="")
     if s.get("PASSWORD"):
@@ -174,10 +169,6 @@ def database_url(name: str) -> str:
 def scratch_database(name: str, say: Out, keep: bool):
     """Create database ``name`` on the same server, migrate it, point Django at it; drop it after.
     Every benchmark runs in one, so this is where a database other than PostgreSQL is refused."""
-    from django.core.management import call_command
-    from django.db import connection
-    from psycopg import sql
-
     if connection.vendor != "postgresql":
         raise BenchError(f"The benchmarks run on PostgreSQL only (the database here is {connection.vendor}). "
                          "Set DATABASE_URL=postgres://USER@HOST:5432/DBNAME; each bench creates its own scratch "
@@ -266,8 +257,6 @@ def run_clients(n: int, prepare, step, duration: float, cleanup=None) -> Measure
         finally:
             close_django_connections()
         return Measure(done, end - start, dict(extra or {}), cpu)
-
-    import multiprocessing
 
     context = multiprocessing.get_context("fork")
     barrier, results = context.Barrier(n), context.Queue()

@@ -8,19 +8,21 @@ import json
 import random
 import re
 import time
+from collections import Counter
 
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from ledger import services
+from ledger.domain import recovery
+from ledger.models import Workflow
 from ledger.ops.bench.common import Out, median, percentile, plan_nodes
 from ledger.ops.bench.loader import ENV, IntentInfo, LedgerHistory
 
 
 def decision_read_path(workflow_slug: str, intent: str, inputs: dict, env: str = ENV):
     """What a trigger reads to decide (no lock, no write): workflow, holding runs, L2/L3, decision."""
-    from django.utils import timezone
-
-    from ledger.domain import recovery
-    from ledger import services
-    from ledger.models import Workflow
-
     workflow = Workflow.objects.get(slug=workflow_slug)
     fp = services.input_fingerprint(workflow_slug=workflow.slug, intent=intent, inputs=inputs,
                                     policy_version=workflow.policy_version)
@@ -33,10 +35,6 @@ def decision_read_path(workflow_slug: str, intent: str, inputs: dict, env: str =
 
 def decision_full_trigger(workflow_slug: str, intent: str, inputs: dict, env: str = ENV):
     """A full ``run_trigger`` (locks, decision, the new run and its events), rolled back."""
-    from django.db import transaction
-
-    from ledger import services
-
     with transaction.atomic():
         run, _ = services.run_trigger(workflow_slug=workflow_slug, inputs=inputs, intent=intent,
                                       env_fingerprint=env, actor="agent:bench")
@@ -57,8 +55,6 @@ def _samples(loader: LedgerHistory, pool: list[IntentInfo], n: int, rng: random.
 
 
 def measure_decisions(loader: LedgerHistory, reps: int, per_rep: int, seed: int) -> dict:
-    from collections import Counter
-
     rng = random.Random(seed)
     pool = loader.intents
     for args in _samples(loader, pool, min(20, per_rep), rng):  # warm-up: code paths and connection
@@ -86,9 +82,6 @@ def measure_decisions(loader: LedgerHistory, reps: int, per_rep: int, seed: int)
 
 def explain_decision(loader: LedgerHistory, say: Out) -> list[str]:
     """EXPLAIN ANALYZE every query of one read path (an intent whose work is complete, with effects)."""
-    from django.db import connection, transaction
-    from django.test.utils import CaptureQueriesContext
-
     info = next((i for i in reversed(loader.intents) if i.complete_with_effects), loader.intents[-1])
     with CaptureQueriesContext(connection) as captured:
         decision = decision_read_path(info.workflow_slug, info.intent, info.inputs)

@@ -28,8 +28,13 @@ import time
 import uuid
 from pathlib import Path
 
-from ledger.ops.bench.agentpath import BATCH_SIZE
-from ledger.ops.bench.common import BenchError, Out, database_url
+import django
+from django.conf import settings
+
+from ledger.ops.bench.agentpath import BATCH_SIZE, INTENTS, INTENTS_WORKFLOW, intents_workflow
+from ledger.ops.bench.appends import STREAM_STAGES, _service_trigger, plain_body, stream_workflow
+from ledger.ops.bench.common import BenchError, Out, _RawWriter, database_url, raw_table
+from stateboard.roles import actor_for
 
 LOOPS = ("raw", "service", "http", "batch", "trigger")
 WARMUP = 50
@@ -37,13 +42,8 @@ WARMUP = 50
 
 def run(*, out, db_name: str, ops: int = 300) -> dict:
     """Count the three loops (``ops`` operations each) and print instructions per operation."""
-    from django.conf import settings
-
-    from ledger import services
-    from ledger.identities import agent_create
-    from ledger.ops.bench.agentpath import intents_workflow
-    from ledger.ops.bench.appends import STREAM_STAGES, _service_trigger, stream_workflow
-    from stateboard.roles import actor_for
+    from ledger import services  # (d) the `-m` child imports this pre-setup
+    from ledger.identities import agent_create  # (d)
 
     say = Out(out)
     valgrind, control = shutil.which("valgrind"), shutil.which("callgrind_control")
@@ -117,11 +117,8 @@ def _wsgi_post(application, path: str, token: str, body: dict) -> tuple[str, byt
 
 
 def _child(spec_path: str) -> None:
-    import django
-
     django.setup()
-    from ledger.ops.bench.common import _RawWriter, raw_table
-    from stateboard.wsgi import application
+    from stateboard.wsgi import application  # (d) after django.setup() in the `-m` child
 
     spec = json.loads(Path(spec_path).read_text())
     ops, actor, token, runs, control = spec["ops"], spec["actor"], spec["token"], spec["runs"], spec["control"]
@@ -134,9 +131,7 @@ def _child(spec_path: str) -> None:
 
 
 def _count_loops(control: str, raw_insert, runs: dict, actor: str, token: str, application, ops: int) -> None:
-    from ledger import services
-    from ledger.ops.bench.agentpath import INTENTS, INTENTS_WORKFLOW
-    from ledger.ops.bench.appends import STREAM_STAGES, plain_body
+    from ledger import services  # (d) the `-m` child imports this pre-setup
 
     def service_append():
         services.event_append(run_id=runs["service"], body=plain_body(STREAM_STAGES[0]), actor=actor)

@@ -19,9 +19,17 @@ import time
 import uuid
 from datetime import timedelta
 
+import pgtrigger
+from django.conf import settings
 from django.db import connection
+from django.db.models import Max, Min
 from django.utils import timezone
+from rest_framework.test import APIClient
 
+from knowledge import selectors, services
+from knowledge.api.claims import ClaimOutput
+from knowledge.models import Claim, ClaimDerivation, ClaimHead, GateDecision
+from ledger.identities import agent_create, operator_create
 from ledger.ops.bench import loader
 from ledger.ops.bench.common import median, percentile, plan_nodes, raw_insert_rate, raw_table
 
@@ -50,8 +58,6 @@ class _Bench:
     # -- setup --------------------------------------------------------------------------------
 
     def make_identities(self):
-        from ledger.identities import agent_create, operator_create
-
         agent, self.agent_token = agent_create(name=f"bench-agent-{self.tag}")
         editor, _ = operator_create(name=f"bench-editor-{self.tag}", role="editor")
         self.agent, self.editor = agent.user, editor
@@ -74,8 +80,6 @@ class _Bench:
 
     def bulk_load(self, n_keys):
         """n_keys keys, 1..19 versions each, and their heads (``loader.claims_load``)."""
-        from knowledge.models import Claim, ClaimHead
-
         started = time.perf_counter()
         loaded = loader.claims_load(system=self.system, prefix=self.prefix, n_keys=n_keys, rng=self.rng,
                                     now=self.now)
@@ -91,8 +95,6 @@ class _Bench:
             return median([raw_insert_rate(n, table) for _ in range(REPEATS)])
 
     def propose_rate(self, n):
-        from knowledge import services
-
         rates = []
         for rep in range(REPEATS):
             datas = [self.proposal(f"{self.prefix}p{rep}-{i}",
@@ -117,14 +119,6 @@ class _Bench:
         return median(p50s), median(p95s)
 
     def retrieval(self, samples):
-        from django.conf import settings
-        from django.db.models import Max, Min
-        from rest_framework.test import APIClient
-
-        from knowledge import selectors
-        from knowledge.api.claims import ClaimOutput
-        from knowledge.models import Claim
-
         keys = self.live_keys
         bounds = Claim.objects.filter(scope_system=self.system).aggregate(lo=Min("id"), hi=Max("id"))
         lo, hi = bounds["lo"], bounds["hi"]
@@ -168,8 +162,6 @@ class _Bench:
         }
 
     def plans(self):
-        from knowledge import selectors
-
         queries = {
             "by key": selectors.claims_live(user=self.agent, system=self.system, key=self.live_keys[0]),
             "page": selectors.claims_live(user=self.agent, system=self.system, task="bench",
@@ -187,8 +179,6 @@ class _Bench:
         return result
 
     def reconcile(self, n):
-        from knowledge import services
-
         third = max(1, n // 3)
         timings, counts = [], None
         for rep in range(REPEATS):
@@ -206,10 +196,6 @@ class _Bench:
     # -- cleanup ------------------------------------------------------------------------------
 
     def cleanup(self):
-        import pgtrigger
-
-        from knowledge.models import Claim, ClaimDerivation, ClaimHead, GateDecision
-
         loader.rows_delete(ClaimHead.objects.filter(key__startswith=self.prefix))
         with pgtrigger.ignore("knowledge.Claim:append_only", "knowledge.GateDecision:append_only"):
             loader.rows_delete(ClaimDerivation.objects.filter(claim__key__startswith=self.prefix))

@@ -9,6 +9,8 @@ import json
 import uuid
 from datetime import timedelta
 
+from ledger import services
+from ledger.models import Run, Workflow
 from ledger.ops.bench.common import raw_connect, run_clients
 from ledger.ops.bench.loader import RUN_FIELDS, analyze, copy_rows
 
@@ -17,8 +19,6 @@ RAW_QUEUE = "bench_raw_queue"
 
 def _queued_runs_load(n: int, *, tag: str, now) -> str:
     """``n`` fresh runs of a new workflow, queued for any agent (oldest first by ``queued_at``)."""
-    from ledger.models import Run, Workflow
-
     workflow = Workflow.objects.create(slug=f"bench-lease-{tag}", title="bench leases", stages=["work"],
                                        effect_stages=[], approval_stages=[], lease_seconds=3600)
     decision = json.dumps({"outcome": "fresh", "reason_code": "no_checkpoint", "retry_count": 0, "max_retries": 3})
@@ -31,9 +31,6 @@ def _queued_runs_load(n: int, *, tag: str, now) -> str:
 
 
 def measure_service(n: int, clients: int, *, tag: str, now) -> dict:
-    from ledger import services
-    from ledger.models import Run
-
     slug = _queued_runs_load(n, tag=tag, now=now)
 
     def step(actor):

@@ -29,11 +29,16 @@ import os
 import time
 import uuid
 
+from django.conf import settings
+from django.db import connection
+
+from ledger.identities import agent_create
 from ledger.ops.bench import agentpath, appends, decisions
 from ledger.ops.bench.appends import CALLS_PER_RUN, EFFECT_STAGES, STREAM_STAGES
 from ledger.ops.bench.common import (Out, Report, Row, loadavg, measure_raw, median, rate, ratio,
                                      raw_table, scratch_database, verdict)
 from ledger.ops.bench.loader import LedgerHistory
+from stateboard.webserver import SERVERS, server_name
 
 TARGET_APPEND_MIN = 0.35  # a plain append through the service layer, against raw INSERT + COMMIT
 TARGET_APPEND_AIM = 0.50
@@ -53,9 +58,6 @@ FULL_RUNS = 100_000
 
 def run(*, out, scale: float = 1.0, skip_http: bool = False, skip_load: bool = False, keep: bool = False,
         db_name: str = "stateboard_bench", reps: int = 5, duration: float = 3.0, clients: int = 4) -> Report:
-    from django.conf import settings
-    from django.db import connection
-
     say = Out(out)
     report = Report()
     debug_was = settings.DEBUG
@@ -148,9 +150,6 @@ def _throughput(report: Report, say: Out, *, reps: int, duration: float, clients
 
 
 def _http(report: Report, say: Out, *, db_name: str, reps: int, duration: float, clients: int) -> None:
-    from ledger.identities import agent_create
-    from stateboard.webserver import SERVERS, server_name
-
     server = server_name()
     other = next(name for name in SERVERS if name != server)
     say("")
@@ -246,8 +245,6 @@ def _triggers(report: Report, say: Out, *, reps: int, duration: float, clients: 
 
 
 def _statements(report: Report, say: Out) -> None:
-    from ledger.identities import agent_create
-
     say("")
     say("== SQL statements per request, and the round trips that carried them (Django test client in this process; "
         "BEGIN, COMMIT and savepoints not counted) ==")

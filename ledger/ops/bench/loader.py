@@ -23,12 +23,18 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.db import connection, transaction
+from django.utils import timezone
+
+from knowledge.models import Claim, ClaimHead
+from knowledge.services import store_versions_reserve
+from ledger.models import Checkpoint, Effect, LedgerEvent, Run, Workflow
+from ledger.services import effect_key_default, input_fingerprint
+
 
 def copy_rows(model, fields: tuple[str, ...], rows) -> int:
     """COPY ``rows`` (tuples in the order of ``fields``, model field names) into ``model``'s table;
     returns how many rows were written."""
-    from django.db import connection
-
     quote = connection.ops.quote_name
     columns = ", ".join(quote(model._meta.get_field(name).column) for name in fields)
     written = 0
@@ -43,8 +49,6 @@ def copy_rows(model, fields: tuple[str, ...], rows) -> int:
 
 def analyze(*models) -> None:
     """Refresh the planner's statistics of the models' tables after a load."""
-    from django.db import connection
-
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE " + ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models))
 
@@ -100,10 +104,6 @@ class LedgerHistory:
     def __init__(self, say, seed: int = 20240601):
         """``say`` prints a progress line. Creates (or reuses) the 20 workflows the intents use;
         ``intents`` lists what was loaded, ``totals`` counts the rows."""
-        from django.utils import timezone
-
-        from ledger.models import Workflow
-
         self.say, self.rng, self.now = say, random.Random(seed), timezone.now()
         self.workflows = []
         for i in range(LOAD_WORKFLOWS):
@@ -120,8 +120,6 @@ class LedgerHistory:
     # -- generation
 
     def _intent_rows(self, rows):
-        from ledger.services import effect_key_default, input_fingerprint
-
         rng = self.rng
         idx = self.next_intent
         self.next_intent += 1
@@ -261,10 +259,6 @@ class LedgerHistory:
 
     def load(self, *, events_target: int, runs_target: int, label: str) -> None:
         """Add intents until about ``runs_target`` more runs are loaded; progress every ~5 s."""
-        from django.db import transaction
-
-        from ledger.models import Checkpoint, Effect, LedgerEvent, Run
-
         started = time.perf_counter()
         goal_runs = self.totals["runs"] + runs_target
         goal_events = self.totals["events"] + events_target
@@ -314,9 +308,6 @@ def claims_load(*, system: str, prefix: str, n_keys: int, rng: random.Random, no
     (10 on average) with store versions reserved from the counter. The latest version is active
     (10 % of those past ``refresh_after``) or, for 10 % of the keys, an ``invalidated`` tombstone.
     Heads are not written: ``claim_heads_build`` does that after."""
-    from knowledge.models import Claim
-    from knowledge.services import store_versions_reserve
-
     versions = [rng.randint(1, 19) for _ in range(n_keys)]
     total = sum(versions)
     store_version = store_versions_reserve(total) - total + 1
@@ -348,10 +339,6 @@ def claims_load(*, system: str, prefix: str, n_keys: int, rng: random.Random, no
 
 def claim_heads_build(*, system: str) -> int:
     """One head per key of ``system``'s claims, at its latest version (live when that is active)."""
-    from django.utils import timezone
-
-    from knowledge.models import Claim, ClaimHead
-
     now = timezone.now()
     latest = list(Claim.objects.filter(scope_system=system).order_by("key", "-version").distinct("key")
                   .values_list("key", "id", "version", "status", "scope_system", "scope_version", "scope_task",
@@ -365,8 +352,6 @@ def claim_heads_build(*, system: str) -> int:
 def rows_delete(queryset) -> int:
     """Delete ``queryset``'s rows in one statement, without the ORM's per-row collection (a scale
     test's cleanup; related rows are the caller's to delete first)."""
-    from django.db import connection
-
     model, quote = queryset.model, connection.ops.quote_name
     sql, params = queryset.values("pk").query.sql_with_params()
     with connection.cursor() as cursor:

@@ -14,6 +14,14 @@ from __future__ import annotations
 import time
 import uuid
 
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from ledger import services
+from ledger.identities import operator_create
+from ledger.models import Run, Workflow
 from ledger.ops.bench.appends import STREAM_STAGES, STREAM_WORKFLOW, plain_body, stream_workflow
 from ledger.ops.bench.common import Out, Report, Row, loadavg, percentile, ratio, verdict
 from ledger.ops.bench.loader import LedgerHistory
@@ -29,9 +37,6 @@ ACTOR = "agent:bench-pages"
 
 def _run_with_events(n: int) -> str:
     """A run of the stream workflow with ``n`` events (system events included), appended in batches."""
-    from ledger import services
-    from ledger.models import Run
-
     run, _ = services.run_trigger(workflow_slug=STREAM_WORKFLOW, inputs={"item": uuid.uuid4().hex},
                                   intent=f"pages/{n}/{uuid.uuid4().hex[:8]}", env_fingerprint="img:1", actor=ACTOR)
     services.event_append(run_id=run.id, body={"stage": STREAM_STAGES[0], "kind": "started"}, actor=ACTOR)
@@ -45,9 +50,6 @@ def _run_with_events(n: int) -> str:
 
 def _pending_approvals(n: int) -> None:
     """``n`` runs of a two-stage workflow waiting for a high-impact approval of their second stage."""
-    from ledger import services
-    from ledger.models import Workflow
-
     Workflow.objects.get_or_create(
         slug=APPROVAL_WORKFLOW, defaults={"title": "Bench approvals", "stages": ["draft", "publish"],
                                           "effect_stages": ["publish"], "approval_stages": ["publish"],
@@ -64,9 +66,6 @@ def _pending_approvals(n: int) -> None:
 
 def _measure(client, path: str, samples: int) -> dict:
     """p50 / p95 (ms) of ``samples`` GETs of ``path`` after one warm-up, and one request's statement count."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     def get():
         response = client.get(path)
         if response.status_code != 200:
@@ -85,11 +84,6 @@ def _measure(client, path: str, samples: int) -> dict:
 
 def run(*, out, scale: float = 1.0, samples: int | None = None) -> Report:
     """Load, render, print (see the module docstring); returns the report (``figures`` by page)."""
-    from django.conf import settings
-    from django.test import Client
-
-    from ledger.identities import operator_create
-
     say = Out(out)
     samples = samples or max(5, min(SAMPLES, int(SAMPLES * scale ** 0.25)))
     n_runs, n_events = max(100, int(FULL_RUNS * scale)), max(1000, int(FULL_EVENTS * scale))

@@ -21,8 +21,17 @@ import time
 import uuid
 from datetime import timedelta
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db import connection
 from django.utils import timezone
+
+from knowledge.ops import sweeps
+from knowledge.services import store_versions_reserve
+from ledger import services
+from ledger.models import Checkpoint, Notification, Run, Workflow
+from ledger.ops.bench import leases
 
 
 def _copy(table: str, columns: str, rows) -> None:
@@ -34,9 +43,6 @@ def _copy(table: str, columns: str, rows) -> None:
 
 
 def _owners(n: int, tag: str) -> list[int]:
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Group
-
     User = get_user_model()
     users = User.objects.bulk_create([User(username=f"bench-owner-{tag}-{i}", password="!") for i in range(n)])
     group, _ = Group.objects.get_or_create(name="owner")
@@ -46,8 +52,6 @@ def _owners(n: int, tag: str) -> list[int]:
 
 def _claims_load(n: int, *, tag: str, owners: list[int], sensitive: bool, now) -> None:
     """``n`` keys with one active version each, and their heads (stale, or past retention)."""
-    from knowledge.services import store_versions_reserve
-
     first = store_versions_reserve(n) - n + 1
     observed = now - timedelta(days=2)
     refresh = now - timedelta(hours=1) if not sensitive else now + timedelta(days=10)
@@ -72,8 +76,6 @@ def _claims_load(n: int, *, tag: str, owners: list[int], sensitive: bool, now) -
 
 
 def _checkpoints_load(n: int, *, tag: str, per_intent: int, now) -> int:
-    from ledger.models import Run, Workflow
-
     workflow = Workflow.objects.create(slug=f"bench-sweeps-{tag}", title="bench sweeps")
     intents = max(1, n // per_intent)
     runs = Run.objects.bulk_create([
@@ -97,12 +99,6 @@ def _line(out, name, rows, seconds, batches, longest):
 
 def run(*, out, scale: float = 1.0) -> dict:
     """Load, sweep, print (see the module docstring); returns the figures."""
-    from django.conf import settings
-
-    from knowledge.ops import sweeps
-    from ledger import services
-    from ledger.models import Checkpoint, Notification
-
     settings.DEBUG = False
     settings.NOTIFICATIONS_EMAIL = False  # rows only: the bench measures the database work
     tag, now = uuid.uuid4().hex[:8], timezone.now()
@@ -153,8 +149,6 @@ def run(*, out, scale: float = 1.0) -> dict:
     _line(out, "sensitive claims erased + tombstoned", report["erased"], seconds, report["batches"],
           report["longest_batch_seconds"])
     figures["retention"] = {**report, "seconds": seconds}
-
-    from ledger.ops.bench import leases
 
     n_queued = max(20, int(10_000 * scale))
     service = leases.measure_service(n_queued, 4, tag=tag, now=timezone.now())

@@ -13,10 +13,12 @@ import os
 import queue
 import random
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from ledger.ops.demo.scenarios import PROMISED, SCENARIOS
+from ledger.ops.demo.agent import Agent
+from ledger.ops.demo.scenarios import PROMISED, SCENARIOS, tend
 
 EXECUTOR_GRACE_SECONDS = 6
 PASS_TIMEOUT_SECONDS = 300
@@ -25,9 +27,6 @@ PASS_TIMEOUT_SECONDS = 300
 def agent_main(url: str, name: str, token: str, editor_token: str, pace: float, executors: dict,
                tasks, results) -> None:
     """An agent process: take (scenario, tag) items until ``None``; put (scenario, records) back."""
-    from ledger.ops.demo.agent import Agent
-    from ledger.ops.demo.scenarios import tend
-
     agent = Agent(url, name, token, editor_token, pace=pace, executors=executors)
     parent = os.getppid()
     try:
@@ -109,11 +108,11 @@ class Fleet:
 
 def executor_nudge() -> int:
     """An executor pass for runs the executor has held past the grace period (no worker seems to run)."""
-    from django.utils.dateparse import parse_datetime
+    from django.utils.dateparse import parse_datetime  # (d) spawned agents import this module: no Django
 
-    from ledger import services
-    from ledger.models import Approval, Run
-    from ledger.services.writer import EXECUTOR
+    from ledger import services  # (d)
+    from ledger.models import Approval, Run  # (d)
+    from ledger.services.writer import EXECUTOR  # (d)
 
     done = 0
     now = datetime.now(timezone.utc)
@@ -147,8 +146,8 @@ def round_tag(now: datetime | None = None) -> str:
 
 def summarize(records: list[dict], since: datetime) -> tuple[list[str], list[str]]:
     """The summary lines (scenario → run, decision, final state) and the check's failures."""
-    from ledger import selectors
-    from ledger.models import Run
+    from ledger import selectors  # (d) spawned agents import this module: no Django
+    from ledger.models import Run  # (d)
 
     ids = [r["run"] for r in records if r.get("run")]
     states = dict(Run.objects.filter(id__in=ids).values_list("id", "state"))
@@ -170,6 +169,4 @@ def summarize(records: list[dict], since: datetime) -> tuple[list[str], list[str
 
 
 def _uuid(text: str):
-    import uuid
-
     return uuid.UUID(text)

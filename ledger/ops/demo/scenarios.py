@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from ledger.ops.demo.agent import Agent
+from ledger.ops.demo.claims import ABSENT_KEYS, STALE_KEYS
 from stateboard.client import Run
 
 PROMISED = {
@@ -145,8 +146,6 @@ def env_change(agent: Agent, tag: str) -> list[dict]:
 def security_finding(agent: Agent, tag: str) -> list[dict]:
     """security-triage: the resume packet serves the stale claim as a lead and leaves out the revoked and
     the pending one; the ticket is filed and the advisory waits for an editor."""
-    from ledger.ops.demo.claims import ABSENT_KEYS, STALE_KEYS
-
     sb, intent = agent.sb, f"finding/{tag}/CVE-2026-4417"
     run = sb.trigger("security-triage", {"finding": "CVE-2026-4417", "scanner": f"scan@{tag}"}, intent=intent,
                      trigger_key=_key(tag, "finding"))

@@ -12,6 +12,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from knowledge.models import ClaimHead
+from knowledge.services import claim_propose, claim_revoke
 from ledger import services
 from ledger.auth import token_issue
 from ledger.ops.demo import DEMO_PASSWORD, OPERATORS
@@ -78,9 +80,6 @@ def _workflows(owner) -> list[str]:
 
 
 def _claims(agent_user, owner) -> None:
-    from knowledge.models import ClaimHead
-    from knowledge.services import claim_propose, claim_revoke
-
     now = timezone.now()
     for spec in CLAIMS:
         if ClaimHead.objects.filter(key=spec["key"], latest_version__gt=0).exists():

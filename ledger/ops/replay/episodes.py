@@ -25,6 +25,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from ledger.models import Run, Workflow
 from ledger.ops.replay.reference import Expected, ModelRun, ReferenceModel
 from ledger.ops.replay.world import Api, EpisodeError, World, moment
 
@@ -62,8 +63,6 @@ class Mismatch(Exception):
 
 class Episode:
     def __init__(self, *, api: Api, rng: random.Random, index: int, prefix: str, tally: Tally):
-        from ledger.models import Workflow
-
         self.api, self.rng, self.index, self.tally = api, rng, index, tally
         self.short_ttl = rng.random() < 0.08
         self.max_retries = rng.choice([1, 2, 3, 3])
@@ -235,8 +234,6 @@ class Episode:
 
     def die(self, run: ModelRun, key_hint: str) -> None:
         """The agent is gone. Maybe a trigger arrives while its lease still runs; then the lease runs out."""
-        from ledger.models import Run
-
         self.note(f"  agent died on {key_hint}")
         if self.rng.random() < 0.3:
             self.trigger()  # noop / active_run_exists while the lease is live

@@ -8,6 +8,9 @@ from datetime import datetime
 
 from django.conf import settings
 from django.utils.dateparse import parse_datetime
+from rest_framework.test import APIClient
+
+from ledger.identities import agent_create, operator_create
 
 
 class EpisodeError(Exception):
@@ -28,10 +31,6 @@ class Api:
     """The REST API in-process (Django's test client against the real database), one client per identity."""
 
     def __init__(self, *, prefix: str):
-        from rest_framework.test import APIClient
-
-        from ledger.identities import agent_create, operator_create
-
         host = _allowed_host()
         agent, agent_token = agent_create(name=f"{prefix}-agent")
         self.owner_user, owner_token = operator_create(name=f"{prefix}-owner", role="owner", with_token=True)
