@@ -5,7 +5,7 @@ import io
 import json
 import logging
 import re
-from urllib.parse import unquote_plus
+from urllib.parse import parse_qsl, unquote_plus
 
 from django.conf import settings
 from django.core.handlers.wsgi import LimitedStream
@@ -177,8 +177,12 @@ class BodySizeLimitMiddleware:
         limit = settings.API_MAX_BODY_BYTES
         if "\x00" in request.path:
             return error_response("not_found", "Not found.", 404)
-        if "\x00" in unquote_plus(request.META.get("QUERY_STRING", "")):
-            return error_response("invalid_filter", "A query parameter holds a NUL character.", 400)
+        query = request.META.get("QUERY_STRING", "")
+        if "\x00" in unquote_plus(query):
+            fields = sorted({name.replace("\x00", "") for name, value in parse_qsl(query, keep_blank_values=True)
+                             if "\x00" in name or "\x00" in value}) or ["query"]
+            return error_response("invalid_filter", "A query parameter holds a NUL character.", 400,
+                                  errors={name: ["holds a NUL character"] for name in fields})
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:

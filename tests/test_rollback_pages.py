@@ -16,8 +16,9 @@ def _completed(workflow, **trigger):
     run, _ = services.run_trigger(workflow_slug=workflow.slug, inputs={"v": 1}, actor="agent:a", **trigger)
     for stage in workflow.stages:
         services.event_append(run_id=run.id, body={"stage": stage, "kind": "started"}, actor="agent:a")
-        effect = {"system": "k8s", "operation": stage, "reference": f"ref-{stage}"}
-        services.event_append(run_id=run.id, body={"stage": stage, "kind": "succeeded", "effect": effect},
+        effect = {"effect": {"system": "k8s", "operation": stage, "reference": f"ref-{stage}"}} \
+            if stage in workflow.effect_stages else {}
+        services.event_append(run_id=run.id, body={"stage": stage, "kind": "succeeded", **effect},
                               actor="agent:a")
         if stage in workflow.effect_stages and not run.staged:
             services.event_append(run_id=run.id, body={"stage": stage, "kind": "verified", "evidence": EVIDENCE},
