@@ -31,13 +31,15 @@ class OrmStore:
 
     def run_read(self, run_id: uuid.UUID, *, lock: bool) -> Run | None:
         """The run with its workflow (``inputs`` deferred), locked FOR UPDATE with ``lock``."""
-        runs = Run.objects.select_related("workflow").defer("inputs")
+        runs = Run.objects.select_related("workflow").defer("inputs").order_by()
         if lock:
             runs = runs.select_for_update(of=("self",))
-        return runs.filter(id=run_id).first()
+        found = list(runs.filter(id=run_id))
+        return found[0] if found else None
 
     def event_by_client_id(self, run_id: uuid.UUID, client_event_id: str) -> LedgerEvent | None:
-        return LedgerEvent.objects.filter(run_id=run_id, client_event_id=client_event_id).first()
+        found = list(LedgerEvent.objects.filter(run_id=run_id, client_event_id=client_event_id).order_by()[:1])
+        return found[0] if found else None
 
     def run_insert(self, run: Run, events: list[LedgerEvent], checkpoints: list[Checkpoint]) -> None:
         """A new run with its first events and server checkpoints."""
