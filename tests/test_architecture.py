@@ -42,7 +42,7 @@ def imports_of(name: str, path: Path, *, module_level: bool = True) -> set[str]:
         for target in targets:
             while target and target not in modules:
                 target = target.rpartition(".")[0]
-            if target and target != name and not name.startswith(target + "."):  # a package's own submodules
+            if target and target != name and not target.startswith(name + "."):  # a package's own submodules
                 found.add(target)
     return found
 

@@ -8,7 +8,7 @@ from typing import Iterable, Iterator
 from django.db import connection, transaction
 
 from ledger.models import LedgerEvent
-from ledger.ops.portability import signing
+import ledger.ops.portability.signing as signing
 from ledger.ops.portability.rows import IDENTITY_TYPES, SYSTEM_TYPES, row_line
 from ledger.store import store
 

@@ -17,7 +17,8 @@ from django.db import IntegrityError, connection, transaction
 
 from knowledge.models import Claim
 from ledger.models import AuditEntry, Goal, Run, Workflow
-from ledger.ops.portability import checks, signing
+import ledger.ops.portability.checks as checks
+import ledger.ops.portability.signing as signing
 from ledger.ops.portability.export import FORMAT
 from ledger.ops.portability.rows import (IDENTITY_TYPES, SYSTEM_TYPES, TYPES, ImportRefused, LineInvalid, User,
                                         roles_set, row_from_line)
