@@ -100,3 +100,31 @@ def test_an_evidence_link_is_redacted_in_its_href_too():
 
     view = evidence_view({"uri": "https://ci.test/run?token=abc123secret&page=2", "observed_at": "x"})
     assert "abc123secret" not in view["href"] and "abc123secret" not in view["uri"] and "page=2" in view["href"]
+
+
+def _get_routes():
+    from tests.test_policy_matrix import endpoints, methods_of
+
+    return sorted({route for route, _, view in endpoints() if "GET" in methods_of(view)})
+
+
+@pytest.mark.parametrize("route", _get_routes())
+def test_every_read_answers_hostile_parameters_without_a_server_error(route):
+    """Generated from the URLconf: for every GET (API and pages), a NUL in the path is 404, a NUL in a
+    query parameter 400 ``invalid_filter``, huge integers and a forged cursor a 4xx — never a 5xx."""
+    from tests.test_policy_matrix import _url
+
+    wf = make_workflow()
+    run = AgentDriver(client_for(make_agent()[1]), wf.slug).trigger()
+    values = {"run_id": run["id"], "slug": wf.slug, "key": "k", "approval_id": run["id"], "notification_id": "1"}
+    api = route.startswith("api/")
+    client = client_for(make_operator("oncall")[1]) if api else page_client(make_operator("oncall")[0])
+    url = _url(route, values)
+    nul_query = client.get(url, {"intent": "a\x00b"})
+    assert nul_query.status_code == 400 and nul_query.json()["code"] == "invalid_filter", (url, nul_query.content)
+    for params in ({"page_size": str(2**70), "budget_tokens": str(2**70), "since": "9" * 40},
+                   {"cursor": "bz14"}, {"cursor": "%%%"}, {"limit": "-1", "offset": str(2**64)}):
+        response = client.get(url, params)
+        assert response.status_code < 500, (url, params, response.status_code, response.content[:200])
+    nul_path = client.get(url + "a%00b/")
+    assert nul_path.status_code == 404, (url, nul_path.status_code)
