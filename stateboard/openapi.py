@@ -50,10 +50,11 @@ def named(table: dict[str, Op]) -> dict[str, Op]:
     return {name: replace(op, operation_id=name) for name, op in table.items()}
 
 
-AUTH_CODES = {401: ["not_authenticated", "authentication_failed"], 403: ["permission_denied"]}
-BODY_CODES = {400: ["malformed_json", "nul_byte", "too_deep", "validation_error"], 413: ["body_too_large"]}
+AUTH_CODES = {401: ["not_authenticated", "authentication_failed"], 403: ["permission_denied"], 429: ["throttled"]}
+BODY_CODES = {400: ["malformed_json", "nul_byte", "too_deep", "validation_error", "body_incomplete"],
+              413: ["body_too_large"]}
 STATUS_WORDS = {400: "bad input", 401: "no or a bad token", 403: "not allowed", 404: "not found",
-                409: "conflict", 413: "body too large", 422: "refused input"}
+                409: "conflict", 413: "body too large", 422: "refused input", 429: "over the rate limit (Retry-After)"}
 
 
 def error_codes(op: Op, *, has_body: bool) -> dict[int, list[str]]:

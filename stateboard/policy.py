@@ -31,7 +31,7 @@ from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
 from stateboard.errors import DomainError, Refused
-from stateboard.roles import AGENT, ANY, PUBLIC, has_role, is_agent
+from stateboard.roles import ANY, PUBLIC, has_role, is_agent
 
 __all__ = ["ANY", "PUBLIC", "Policy", "PolicyApi", "page", "policy_of", "rate_limits"]
 
@@ -262,5 +262,3 @@ def request_field(request, name: str) -> str:
     value = data.get(name, "") if hasattr(data, "get") else ""
     return value if isinstance(value, str) else ""
 
-
-AGENTS_ONLY = frozenset({AGENT})

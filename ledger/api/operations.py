@@ -11,7 +11,7 @@ from ledger.api.components import BATCH_MAX
 from stateboard.openapi import Op, named
 
 RUN_404 = {404: ["run_not_found", "not_found"]}
-LIST_400 = {400: ["invalid_filter"], 404: ["not_found"]}  # a filter that does not parse; a bad cursor
+LIST_400 = {400: ["invalid_filter", "invalid_cursor"]}  # a filter that does not parse; a forged cursor
 
 OPS = named({
     "workflows_list": Op(
@@ -41,14 +41,14 @@ OPS = named({
         "`(workflow, trigger_key)` was seen with the same intent and inputs answers the existing run with "
         "`duplicate: true` (200). A run an agent triggers is leased to it at once. Agents, editors, owners "
         "and on-call (not viewers).",
-        {409: ["trigger_key_mismatch", "active_run_exists"],
+        {403: ["agent_not_allowed"], 409: ["trigger_key_mismatch", "active_run_exists"],
          422: ["validation_error", "unknown_workflow", "invalid_trigger", "reserved_trigger_key"]}),
     "runs_lease_create": Op(
         "Lease the earliest-queued run",
         "Hands the calling agent the queued run (of `workflows`, else any) that was queued earliest, leased "
         "to it for the workflow's `lease_seconds` (200), or 204 when none became available within "
         "`wait_seconds` (0 to 30). Agents only (SPEC §9.1).",
-        {422: ["validation_error", "unknown_workflow"]}),
+        {403: ["agent_not_allowed"], 422: ["validation_error", "unknown_workflow"]}),
     "runs_retrieve": Op(
         "Read a run",
         "State, current stage, decision, lease, effects and approvals of one run. Any signed-in identity.",
@@ -62,7 +62,7 @@ OPS = named({
     "runs_events_list": Op(
         "List a run's ledger events",
         "The run's events in `seq` order, cursor paginated. Any signed-in identity.",
-        {**RUN_404, 400: ["invalid_filter"]}),
+        {**RUN_404, 400: ["invalid_filter", "invalid_cursor"]}),
     "runs_events_create": Op(
         "Append events",
         "Appends one event (a JSON object: 201 with the event, incl. `seq`, `hash` and `idempotency_key` on "
@@ -73,13 +73,13 @@ OPS = named({
         "item. The lease holder (an agent) only; checks run in this order: a repeated `client_event_id`, "
         "the lease, the goal, the transition. A refused batch item answers its status and `code` with its "
         "`index`, and nothing is written.",
-        {**RUN_404,
+        {**RUN_404, 403: ["agent_not_allowed"],
          409: ["client_event_id_mismatch", "lease_held", "not_leased", "lease_expired", "illegal_transition",
-               "effect_exists", "approval_required", "approval_void", "executor_stage"],
+               "effect_exists", "approval_required", "approval_void", "executor_stage", "goal_superseded"],
          422: ["validation_error", "unknown_kind", "kind_reserved", "unknown_stage", "data_too_large",
                "invalid_effect", "invalid_evidence", "effect_required", "evidence_required",
                "unknown_needs_effect_stage", "invalid_correction", "action_required", "batch_too_large",
-               "claim_not_last"]}),
+               "claim_not_last", "effect_not_expected"]}),
     "runs_verify_chain_retrieve": Op(
         "Verify a run's hash chain",
         "Recomputes the SHA-256 chain over the run's events: `ok`, the number of events and the first bad "
@@ -88,10 +88,12 @@ OPS = named({
         "Save a checkpoint",
         "An agent's checkpoint of the run's intent: whitelisted fields only, at most 64 KiB, no transcripts, "
         "message lists, summary chains or tool schemas; a state-table summary is at most 280 characters. "
-        "The body is the payload (or `{payload: {...}}`). Agents only, while the run is not finished.",
-        {**RUN_404, 409: ["illegal_transition"],
+        "The body is the payload (or `{payload: {...}}`). The run's lease holder only, while the run is not "
+        "finished; the answer names who saved it (`saved_by`).",
+        {**RUN_404, 403: ["agent_not_allowed"], 409: ["illegal_transition", "lease_held", "not_leased"],
          422: ["validation_error", "checkpoint_too_large", "checkpoint_transcript_rejected",
-               "checkpoint_field_not_allowed", "checkpoint_mismatch", "unknown_stage", "summary_too_long"]}),
+               "checkpoint_field_not_allowed", "checkpoint_mismatch", "unknown_stage", "summary_too_long",
+               "invalid_stage_status"]}),
     "runs_checkpoint_retrieve": Op(
         "Read the latest checkpoint",
         "The latest checkpoint of the run's (workflow, intent); past `expires_at` it says `expired: true`. "
@@ -102,7 +104,8 @@ OPS = named({
         "Asks for a human decision on a proposed `action`: `high_impact` for the next approval stage (the "
         "run waits in `awaiting_approval`) or `compensation` for a run in `compensate`. An identical pending "
         "request answers 200. Agents only.",
-        {**RUN_404, 409: ["approval_pending", "illegal_transition"],
+        {**RUN_404, 403: ["agent_not_allowed"], 409: ["approval_pending", "illegal_transition", "lease_held",
+                                                      "not_leased", "staged_run"],
          422: ["validation_error", "invalid_kind", "unknown_stage", "not_an_approval_stage", "invalid_action"]}),
     "approvals_list": Op(
         "List approvals",
@@ -160,7 +163,8 @@ OPS = named({
         "version's, `replace` takes the body as the whole goal). Holding runs of the intent between stages are "
         "decided again under it (`fresh` / `goal_changed`) and queued for an agent; a run that still owes the "
         "world an effect keeps its goal until then. Owners, editors and agents.",
-        {404: ["workflow_not_found"], 422: ["validation_error", "unknown_workflow"]}),
+        {403: ["agent_not_allowed"], 404: ["workflow_not_found"], 409: ["lease_held"],
+         422: ["validation_error", "unknown_workflow"]}),
     "runs_rollback_create": Op(
         "Roll a finished run back to a stage",
         "On the intent's latest real run in completed, failed, escalated, abandoned or compensated: the effects "
