@@ -14,8 +14,7 @@ SESSION_COOKIE_SECURE = False
 CSRF_COOKIE_SECURE = False
 
 # One test database per pytest process, so parallel runs on one machine never clobber each other.
-if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405  the embedded default: in memory
-    DATABASES["default"]["TEST"] = {"NAME": f"file:test_stateboard_{os.getpid()}?mode=memory&cache=shared"}  # noqa: F405
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405  the embedded default: in memory, per process
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}  # noqa: F405
 else:
     DATABASES["default"]["TEST"] = {"NAME": f"test_stateboard_{os.getpid()}"}  # noqa: F405
