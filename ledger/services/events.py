@@ -20,10 +20,10 @@ from ledger.services.rollback import compensation_done, compensation_scope
 from ledger.services.versions import stage_generation
 from ledger.store import store
 from ledger.services.writer import (EXECUTOR, RunWriter, effect_key_default, illegal, lease_fail, lease_lapse,
-                                    holds, lease_require, run_lock,
-                                    run_spec, stage_status)
+                                    holds, lease_require,
+                                    run_spec, run_uuid_of, stage_status)
 from stateboard.canonical import canonical_json, digest
-from stateboard.errors import Conflict, Invalid
+from stateboard.errors import Conflict, Invalid, NotFound
 from stateboard.moments import parse_moment
 
 
@@ -387,9 +387,10 @@ def _client_event_id_check(client_event_id) -> None:
 def _event_append(*, run_id, body: dict, actor: str):
     client_event_id = body.get("client_event_id")
     _client_event_id_check(client_event_id)
-    run = run_lock(run_id)
+    run, original = store().run_lock_for_event(run_uuid_of(run_id), client_event_id)
+    if run is None:
+        raise NotFound("run_not_found", f"No run with id {run_id}.")
     body_digest = digest(body)
-    original = store().event_by_client_id(run.id, client_event_id) if client_event_id is not None else None
     if original is not None:
         if original.body_digest == body_digest:
             return original, False

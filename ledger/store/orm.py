@@ -37,6 +37,13 @@ class OrmStore:
         found = list(runs.filter(id=run_id))
         return found[0] if found else None
 
+    def run_lock_for_event(self, run_id: uuid.UUID, client_event_id: str | None) -> tuple[Run | None, LedgerEvent | None]:
+        """The run locked (as ``run_read``) and the event it already holds with ``client_event_id``, if any."""
+        run = self.run_read(run_id, lock=True)
+        if run is None or client_event_id is None:
+            return run, None
+        return run, self.event_by_client_id(run.id, client_event_id)
+
     def event_by_client_id(self, run_id: uuid.UUID, client_event_id: str) -> LedgerEvent | None:
         found = list(LedgerEvent.objects.filter(run_id=run_id, client_event_id=client_event_id).order_by()[:1])
         return found[0] if found else None

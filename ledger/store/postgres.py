@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from django.contrib.auth.models import Group
 from django.contrib.postgres.expressions import ArraySubquery
-from django.db import connection
-from django.db.models import OuterRef
+from django.db import DEFAULT_DB_ALIAS, connection
+from django.db.models import OuterRef, Subquery
+from django.db.models.sql import InsertQuery, UpdateQuery
 
-from ledger.models import ApiToken, Effect
+from ledger.models import ApiToken, Checkpoint, Effect, LedgerEvent, Run
 from ledger.store.orm import OrmStore
 
 
@@ -33,6 +34,51 @@ class PostgresStore(OrmStore):
                  .filter(key_hash=key_hash).first())
         return (token, token.group_names) if token is not None else (None, [])
 
+    def run_lock_for_event(self, run_id, client_event_id: str | None):
+        """One statement: the run locked, the id of its event with ``client_event_id`` and its last seq as
+        the statement's snapshot saw them. Under READ COMMITTED that snapshot predates a wait for the lock:
+        when another writer appended meanwhile (the seq seen is not the locked row's), the lookup is made
+        again."""
+        if client_event_id is None:
+            return self.run_read(run_id, lock=True), None
+        events = LedgerEvent.objects.filter(run_id=OuterRef("pk")).order_by()
+        runs = (Run.objects.select_related("workflow").defer("inputs").order_by().select_for_update(of=("self",))
+                .annotate(original_event_id=Subquery(events.filter(client_event_id=client_event_id).values("id")[:1]),
+                          seen_seq=Subquery(events.order_by("-seq").values("seq")[:1])))
+        found = list(runs.filter(id=run_id))
+        if not found:
+            return None, None
+        run = found[0]
+        if (run.seen_seq or 0) != run.event_count:
+            return run, self.event_by_client_id(run.id, client_event_id)
+        original = LedgerEvent.objects.get(id=run.original_event_id) if run.original_event_id else None
+        return run, original
+
+    def run_write(self, run: Run, changed: list[str], events: list[LedgerEvent],
+                  checkpoints: list[Checkpoint]) -> None:
+        """One statement: the events and checkpoints inserted and the run's changed columns updated, as
+        data-modifying CTEs of the ORM's own INSERT and UPDATE (a round trip costs more than the work)."""
+        if not events or not changed:
+            return super().run_write(run, changed, events, checkpoints)
+        ctes, params, groups = [], [], []
+        for name, objs in (("e", events), ("c", checkpoints)):
+            if objs:
+                insert_sql, insert_params = _insert_statement(type(objs[0]), objs)
+                ctes.append(f"{name} AS ({insert_sql})")
+                params += insert_params
+                groups.append((name, objs))
+        update = UpdateQuery(Run)
+        update.add_update_values({name: getattr(run, name) for name in changed})
+        update.add_filter("pk", run.pk)
+        update_sql, update_params = update.get_compiler(DEFAULT_DB_ALIAS).as_sql()
+        returning = ", ".join(f"(SELECT array_agg(id ORDER BY id) FROM {name})" for name, _ in groups)
+        with connection.cursor() as cursor:
+            cursor.execute(f"WITH {', '.join(ctes)} {update_sql} RETURNING {returning}", [*params, *update_params])
+            ids = cursor.fetchone()
+        for (_, objs), group_ids in zip(groups, ids):
+            for obj, pk in zip(objs, group_ids):  # ids of one INSERT grow in VALUES order
+                obj.pk, obj._state.adding, obj._state.db = pk, False, DEFAULT_DB_ALIAS
+
     def effect_insert(self, effect: Effect) -> bool:
         """``INSERT … ON CONFLICT DO NOTHING``: one statement, no savepoint."""
         fields = [f for f in Effect._meta.concrete_fields if not f.primary_key]
@@ -47,3 +93,13 @@ class PostgresStore(OrmStore):
             return False
         effect.id, effect._state.adding = row[0], False
         return True
+
+
+def _insert_statement(model, objs: list) -> tuple[str, tuple]:
+    """The ORM's multi-row INSERT … RETURNING id for ``objs`` (what ``bulk_create`` sends)."""
+    query = InsertQuery(model)
+    query.insert_values([f for f in model._meta.concrete_fields if not f.primary_key], objs)
+    compiler = query.get_compiler(DEFAULT_DB_ALIAS)
+    compiler.returning_fields = [model._meta.pk]
+    [(sql, params)] = compiler.as_sql()
+    return sql, tuple(params)
