@@ -457,11 +457,16 @@ def effects_rebuild_diff() -> list[str]:
     return diffs
 
 
+def effects_of(*, workflow_id: int, intent: str, fingerprint: str):
+    """The effects of one intent and fingerprint: the scope every decision, resume, rollback and
+    compensation works in (a run's own effects, and those of the earlier attempts it resumes)."""
+    return Effect.objects.filter(workflow_id=workflow_id, intent=intent, input_fingerprint=fingerprint)
+
+
 def effects_of_intent(*, run):
-    """The effects of the run's intent and fingerprint (the work a decision and a resume look at), oldest
-    claim first; a run's own effects are among them, and so are those of the earlier attempts it resumes."""
-    return Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
-                                 input_fingerprint=run.input_fingerprint).order_by("claimed_seq", "id")
+    """``effects_of`` the run's intent and fingerprint, oldest claim first."""
+    return effects_of(workflow_id=run.workflow_id, intent=run.intent,
+                      fingerprint=run.input_fingerprint).order_by("claimed_seq", "id")
 
 
 def stage_effect_statuses(effect_rows) -> dict[str, str]:

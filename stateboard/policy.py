@@ -76,7 +76,11 @@ def policy_of(view, method: str) -> Policy | None:
 
 def rate_limits() -> dict[str, str]:
     """``API_RATE_LIMITS`` as {class: "N/period"} (``agent=600/minute,human=120/minute``); {} = no limit."""
-    text = getattr(settings, "API_RATE_LIMITS", "") or ""
+    return _parsed_limits(getattr(settings, "API_RATE_LIMITS", "") or "")
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_limits(text: str) -> dict[str, str]:
     limits = {}
     for part in text.split(","):
         name, _, rate = part.strip().partition("=")
@@ -120,10 +124,8 @@ def throttle_check(policy: Policy, request) -> None:
         return
     throttle = PolicyThrottle(rate_class, rate)
     if not throttle.allow_request(request, None):
-        try:
-            cache.incr(THROTTLED_COUNTER)
-        except ValueError:
-            cache.set(THROTTLED_COUNTER, 1, None)
+        cache.add(THROTTLED_COUNTER, 0, None)  # (add and incr are atomic in Redis)
+        cache.incr(THROTTLED_COUNTER)
         raise exceptions.Throttled(wait=throttle.wait())
 
 

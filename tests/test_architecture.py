@@ -3,6 +3,7 @@ imports nothing from ledger, stateboard imports no app, no product module over 5
 request pipeline (docs/architecture.md)."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ PACKAGES = ("ledger", "knowledge", "stateboard")
 MAX_LINES = 500
 
 
+@functools.cache
 def product_modules() -> dict[str, Path]:
     modules = {}
     for package in PACKAGES:

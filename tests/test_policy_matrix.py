@@ -7,26 +7,19 @@ import uuid
 
 import pytest
 from django.test import override_settings
-from django.urls import URLPattern, URLResolver, get_resolver
+from django.urls import get_resolver
 
 from ledger.models import Approval, AuditEntry, Checkpoint, LedgerEvent, Run, Workflow
 from stateboard.policy import policy_of
 from tests.factories import client_for, make_agent, make_operator, make_workflow, page_client
 from tests.ledger.helpers import AgentDriver
+from tests.test_roles_matrix import _walk
 
 pytestmark = pytest.mark.django_db
 
 # Outside the pipeline on purpose (SPEC §11.1: health, metrics and the schema are exempt; Django's own).
 EXEMPT_PREFIXES = ("healthz", "metrics", "api/v1/schema/", "api/v1/docs/", "login/", "logout/", "admin/", "static/")
 SKIPPED_METHODS = {"options", "head", "trace"}
-
-
-def _walk(patterns, prefix=""):
-    for entry in patterns:
-        if isinstance(entry, URLResolver):
-            yield from _walk(entry.url_patterns, prefix + str(entry.pattern))
-        elif isinstance(entry, URLPattern):
-            yield prefix + str(entry.pattern), entry
 
 
 def endpoints():

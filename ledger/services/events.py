@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from knowledge import services as knowledge_services
+from ledger import selectors
 from ledger.domain import effects, recovery
 from ledger.domain.kinds import AGENT_KINDS
 from ledger.models import TERMINAL_STATES, Approval, Effect, EventKind, LedgerEvent, Run
@@ -101,13 +102,10 @@ class _Append:
         entry.update(status=status, pointer=f"ledger:{self.run.id}/{event.seq}", digest=event.hash, **extra)
         self.run.stage_states = {**self.run.stage_states, self.stage: entry}
 
-    def _effects_where(self) -> dict:
-        run = self.run
-        return {"workflow_id": run.workflow_id, "intent": run.intent, "input_fingerprint": run.input_fingerprint,
-                "stage": self.stage}
-
     def _effects(self):
-        return Effect.objects.filter(**self._effects_where())
+        run = self.run
+        return selectors.effects_of(workflow_id=run.workflow_id, intent=run.intent,
+                                    fingerprint=run.input_fingerprint).filter(stage=self.stage)
 
     def effect_key(self) -> str | None:
         """The stage's effect: named by the agent, recorded when the run claimed it, or looked up."""

@@ -11,13 +11,14 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from ledger import selectors
 from ledger.domain import effects
 from ledger.domain.machine import GOAL_CHANGE_STATES
-from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, Goal, Run, Workflow
+from ledger.models import HOLDING_STATES, Approval, EventKind, Goal, Run, Workflow
 from ledger.services.escalations import escalation_raise
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
 from ledger.services.versions import goal_latest_version
-from ledger.services.writer import EXECUTOR, RunWriter, input_fingerprint, intent_lock
+from ledger.services.writer import RunWriter, agent_holder, held_by_agent, input_fingerprint, intent_lock
 from stateboard.errors import Conflict, Invalid
 from stateboard.roles import actor_for
 
@@ -41,8 +42,7 @@ def owes_the_world(run: Run) -> bool:
     """In execute/verify/verify_only/compensate, or an effect of its fingerprint not yet verified."""
     if run.state in OWING_STATES:
         return True
-    return Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent, input_fingerprint=run.input_fingerprint,
-                                 status__in=effects.UNVERIFIED).exists()
+    return selectors.effects_of_intent(run=run).filter(status__in=effects.UNVERIFIED).exists()
 
 
 def goal_adopt(run: Run, version: int | None, *, now) -> None:
@@ -133,7 +133,7 @@ def goal_create(*, workflow_slug: str, intent, objective=None, constraints=None,
             continue
         writer = RunWriter(run, actor, now)
         if run.state in GOAL_CHANGE_STATES and not owes_the_world(run):
-            held_by_poster = bool(_holder(run)) and not _held_by_another(run, actor)
+            held_by_poster = held_by_agent(run, actor)
             goal_move(writer, to_version=goal.version)
             if held_by_poster and run.queued_until is not None:  # it stays the poster's, under a new lease id
                 writer.lease_grant(actor)
@@ -147,30 +147,12 @@ def goal_create(*, workflow_slug: str, intent, objective=None, constraints=None,
     return goal, {"moved": moved, "deferred": deferred}
 
 
-def _holder(run: Run) -> str:
-    """The agent holding ``run``: its lease owner, or the agent the executor holds it for."""
-    if run.lease_owner == EXECUTOR:
-        return (run.executor_state or {}).get("agent", "")
-    return run.lease_owner if run.lease_owner.startswith("agent:") else ""
-
-
 def _goal_lease_check(runs: list[Run], actor: str) -> None:
     """An agent's goal post is refused while a real run of the intent is held by another agent (SPEC §11.1)."""
     for run in runs:
-        if _held_by_another(run, actor) and not run.staged:
+        if agent_holder(run) and not held_by_agent(run, actor) and not run.staged:
             raise Conflict("lease_held", "Another agent holds a run of this intent; it alone may change its goal.",
-                           holder=_holder(run), run=str(run.id))
-
-
-def _held_by_another(run: Run, actor: str) -> bool:
-    """An agent other than ``actor`` holds ``run`` (by identity when both are known)."""
-    holder = _holder(run)
-    if not holder:
-        return False
-    user_id = getattr(actor, "user_id", None)
-    if run.lease_holder_id is not None and user_id is not None:
-        return run.lease_holder_id != user_id
-    return holder != actor
+                           holder=agent_holder(run), run=str(run.id))
 
 
 def goals_of(*, workflow: Workflow, intent: str | None = None):

@@ -7,9 +7,9 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from ledger import authorizers, selectors
 from ledger.domain import effects
-from ledger import authorizers
-from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, Run
+from ledger.models import HOLDING_STATES, Approval, EventKind, Run
 from ledger.services.escalations import escalation_close, escalation_raise
 from ledger.services.goals import goal_latest_adopt
 from ledger.services.notifications import approval_notify
@@ -74,8 +74,7 @@ def compensation_plan(run: Run, held=None) -> dict | None:
     """Undo from the ledger: each effect that happened (or the ``held`` ones given, e.g. a rollback's
     isolated effects), by its recorded reference; None if not deterministic."""
     if held is None:
-        held = Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
-                                     input_fingerprint=run.input_fingerprint, status__in=effects.HELD)
+        held = selectors.effects_of_intent(run=run).filter(status__in=effects.HELD)
     held = sorted(held, key=lambda e: e.claimed_seq, reverse=True)
     if not held or any(not e.reference for e in held):
         return None

@@ -14,8 +14,8 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from ledger import authorizers, selectors
 from ledger.domain import effects
-from ledger import authorizers
 from ledger.domain.machine import ROLLBACK_STATES
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, LedgerEvent, Run
 from ledger.services.checkpoints import server_checkpoint
@@ -43,9 +43,7 @@ def rollback_effects(run: Run, to_stage: str) -> list[Effect]:
     stages = run.workflow.stages
     later = stages[stages.index(to_stage):] if to_stage in stages else []
     _, sources = effects.effect_moves("rolled_back", run_state=run.state)
-    return list(Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
-                                      input_fingerprint=run.input_fingerprint, stage__in=later, status__in=sources)
-                .order_by("claimed_seq"))
+    return list(selectors.effects_of_intent(run=run).filter(stage__in=later, status__in=sources))
 
 
 def _reopen(writer: RunWriter, *, cause: str, reason_code: str, others: list[Run]) -> None:
@@ -133,8 +131,7 @@ def compensation_scope(run: Run) -> tuple[list[str], bool]:
     effects it isolated; an on-call one every effect of the fingerprint that happened."""
     last_reason = (LedgerEvent.objects.filter(run=run, kind="transition").order_by("-seq")
                    .values_list("reason_code", flat=True).first())
-    held = Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
-                                 input_fingerprint=run.input_fingerprint)
+    held = selectors.effects_of_intent(run=run)
     if last_reason == ROLLBACK_COMPENSATE:
         rolled = (LedgerEvent.objects.filter(run=run, kind="rolled_back").order_by("-seq")
                   .values_list("data", flat=True).first()) or {}

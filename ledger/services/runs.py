@@ -75,7 +75,7 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
     real = selectors.checkpoints_trusted().filter(workflow_id=workflow.id, intent=intent, staged=False)
     latest_two = list(real.order_by("-id")[:2])
     same_fp = real.filter(input_fingerprint=fingerprint).order_by("-id").first()
-    effect_rows = (Effect.objects.filter(workflow_id=workflow.id, intent=intent, input_fingerprint=fingerprint)
+    effect_rows = (selectors.effects_of(workflow_id=workflow.id, intent=intent, fingerprint=fingerprint)
                    .values_list("idempotency_key", "stage", "status", "run_id"))
     failed_rows = _failed_runs_rows(workflow_id=workflow.id, intent=intent, fingerprint=fingerprint)
     latest = latest_two[0] if latest_two else None

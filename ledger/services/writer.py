@@ -249,12 +249,29 @@ def lease_require(run: Run, actor: str) -> None:
 
 
 def holds(run: Run, actor: str) -> bool:
-    """Whether ``actor`` holds the run's lease: by identity when both are known, else by name (the executor,
-    the system, a lease taken before identities were recorded)."""
+    """Whether ``actor`` holds the run's lease itself (the executor included)."""
+    return _is_holder(run, run.lease_owner, actor)
+
+
+def agent_holder(run: Run) -> str:
+    """The agent holding ``run``: its lease owner, or the agent the executor holds it for ("" if none)."""
+    if run.lease_owner == EXECUTOR:
+        return (run.executor_state or {}).get("agent", "")
+    return run.lease_owner if run.lease_owner.startswith("agent:") else ""
+
+
+def held_by_agent(run: Run, actor: str) -> bool:
+    """Whether ``actor`` is the agent holding ``run``, directly or through the executor."""
+    return _is_holder(run, agent_holder(run), actor)
+
+
+def _is_holder(run: Run, holder: str, actor: str) -> bool:
+    """By identity when both are known (``Run.lease_holder``, ``Actor.user_id``), else by name (the
+    executor, the system, a lease taken before identities were recorded)."""
     user_id = getattr(actor, "user_id", None)
     if run.lease_holder_id is not None and user_id is not None:
         return run.lease_holder_id == user_id
-    return bool(run.lease_owner) and run.lease_owner == actor
+    return bool(holder) and holder == actor
 
 
 def lease_expired(run: Run, now: datetime) -> bool:

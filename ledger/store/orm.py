@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import uuid
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from ledger.models import ApiToken, Checkpoint, Effect, LedgerEvent, Run
 
 
 class OrmStore:
-    vendor = "sqlite"
-
     def snapshot_begin(self) -> None:
         """Make the open transaction read one snapshot (SQLite's transactions always do)."""
 
@@ -71,8 +69,8 @@ class OrmStore:
         try:
             with transaction.atomic():
                 effect.save(force_insert=True)
-        except Exception as exc:  # an IntegrityError of this database
+        except IntegrityError:
             if not Effect.objects.filter(idempotency_key=effect.idempotency_key).exists():
-                raise exc
+                raise
             return False
         return True

@@ -14,8 +14,6 @@ from ledger.store.orm import OrmStore
 
 
 class PostgresStore(OrmStore):
-    vendor = "postgresql"
-
     def snapshot_begin(self) -> None:
         """The open transaction reads one snapshot (its first statement: REPEATABLE READ)."""
         with connection.cursor() as cursor:

@@ -73,7 +73,7 @@ def _effects(rows: dict, runs: dict, workflows: dict, events: dict) -> None:
     stored = {effect.idempotency_key: (number, effect) for number, effect, _ in rows.get("effect", [])}
     for key, fields in replayed.items():
         if key not in stored:
-            _refuse(0, "effect", key, None, fields["status"])
+            raise ImportRefused(f"effect {key}: the ledger says {fields['status']!r}, the file has no such effect")
         number, effect = stored[key]
         for field in ("stage", "status", "system", "operation", "reference", "attempts"):
             if getattr(effect, field) != fields[field]:
@@ -85,7 +85,7 @@ def _effects(rows: dict, runs: dict, workflows: dict, events: dict) -> None:
             _refuse(number, "effect", "idempotency_key", key, "no effect of this key in the ledger")
 
 
-DECIDING_KINDS = {"approved": "approved", "rejected": "rejected"}
+DECISIONS = frozenset({"approved", "rejected"})  # event kinds that are also the approval's status
 
 
 def _approvals(rows: dict, events: dict) -> None:
@@ -100,16 +100,16 @@ def _approvals(rows: dict, events: dict) -> None:
     for number, approval, _ in rows.get("approval", []):
         if approval.kind == "escalation":
             continue  # closed by on-call's retry, abandon or rollback events, which name the run
-        decisions = [e for e in named[str(approval.id)] if e.kind in DECIDING_KINDS]
-        if approval.status in DECIDING_KINDS:
+        decisions = [e for e in named[str(approval.id)] if e.kind in DECISIONS]
+        if approval.status in DECISIONS:
             last = decisions[-1] if decisions else None
-            expected = DECIDING_KINDS[last.kind] if last else "no decision in the ledger"
+            expected = last.kind if last else "no decision in the ledger"
             if approval.status != expected:
                 _refuse(number, "approval", "status", approval.status, expected)
             if approval.decided_by != last.actor:
                 _refuse(number, "approval", "decided_by", approval.decided_by, last.actor)
         elif approval.status == "pending" and decisions:
-            _refuse(number, "approval", "status", approval.status, DECIDING_KINDS[decisions[-1].kind])
+            _refuse(number, "approval", "status", approval.status, decisions[-1].kind)
         if approval.consumed_seq is not None:
             spent = [e for e in named[str(approval.id)] if e.seq == approval.consumed_seq
                      and e.kind in ("started", "compensated")]

@@ -22,6 +22,8 @@ def _line(obj: dict) -> bytes:
 def _rows() -> Iterator[dict]:
     for line_type, model in IDENTITY_TYPES + SYSTEM_TYPES:
         rows = model.objects.order_by("run_id", "seq") if model is LedgerEvent else model.objects.order_by("pk")
+        if line_type == "user":
+            rows = rows.prefetch_related("groups")
         for obj in rows.iterator(chunk_size=2000):
             yield row_line(line_type, obj)
 

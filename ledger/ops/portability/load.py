@@ -54,7 +54,7 @@ def _target_empty() -> None:
                                 "import_ledger loads into an empty database only")
 
 
-def import_file(data: bytes, *, trust_unsigned: bool = False, user=None) -> dict:
+def import_file(data: bytes, *, trust_unsigned: bool = False) -> dict:
     """Load the export ``data`` (its exact bytes); answers the rows imported per type."""
     lines = _lines(data)
     if not lines:
@@ -99,7 +99,7 @@ def import_file(data: bytes, *, trust_unsigned: bool = False, user=None) -> dict
             checks.forget_identities(rows)
         counts = _insert(rows)
         if not signed:
-            AuditEntry.objects.create(at=checks.now(), actor=f"user:{user}" if user else "system", role="",
+            AuditEntry.objects.create(at=checks.now(), actor="system", role="",
                                       action="import_unsigned", outcome="done", target="", code="",
                                       reason="imported with --trust-unsigned: no identities", data=counts)
     return counts

@@ -55,7 +55,7 @@ def encode(value):
 def row_line(line_type: str, obj) -> dict:
     line = {"type": line_type, **{f.attname: encode(f.value_from_object(obj)) for f in fields_of(TYPES[line_type])}}
     if line_type == "user":
-        line["roles"] = sorted(obj.groups.values_list("name", flat=True))
+        line["roles"] = sorted(group.name for group in obj.groups.all())  # (prefetched by the export)
     return line
 
 
