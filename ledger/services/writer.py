@@ -209,14 +209,6 @@ def illegal(run: Run, detail: str):
     return Conflict("illegal_transition", detail, state=run.state, current_stage=run.current_stage)
 
 
-def run_read(run_id) -> Run:
-    """The run with its workflow, without a lock."""
-    run = store().run_read(run_uuid_of(run_id), lock=False)
-    if run is None:
-        raise NotFound("run_not_found", f"No run with id {run_id}.")
-    return run
-
-
 def lease_lapse(run: Run, now: datetime) -> str | None:
     """``lease_expired`` (its holder went silent), ``not_leased`` (queued, no agent took it in time), or None."""
     if run.state not in LEASED_STATES:
