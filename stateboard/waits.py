@@ -77,6 +77,9 @@ class LeaseWaits:
         try:
             return await asyncio.wait_for(asyncio.shield(waiter.woken), seconds)
         except asyncio.TimeoutError:
+            if waiter.woken.done():  # woken as its time ran out: the wake-up goes to the next one
+                slug, budget = waiter.woken.result()
+                self.notify(slug, budget)
             return None
         finally:
             if waiter in self.queue:
