@@ -178,7 +178,6 @@ class LeaseWaitingApp:
                 await send({"type": f"{message['type']}.complete"})
                 if message["type"] == "lifespan.shutdown":
                     return
-        receive = _coroutine_of(receive)  # a2wsgi needs a coroutine function; granian's is not
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != LEASE_PATH:
             return await self.app(scope, receive, send)
         body, more = await _body_read(receive)
@@ -204,13 +203,6 @@ class LeaseWaitingApp:
                 continue  # a run was queued while this request looked: look again now
             woken = await self.waits.wait(Waiter(workflows_of(body)), remaining)
             slug_budget = woken if woken and woken[1] > 0 else 0
-
-
-def _coroutine_of(receive):
-    async def coroutine():
-        return await receive()
-
-    return coroutine
 
 
 async def _body_read(receive) -> tuple[bytes, list | None]:
