@@ -48,7 +48,7 @@ class Outcome:
 def definition_of(workflow: Workflow, *, executors: bool = True) -> dict:
     """A stored workflow as the definition ``apply`` takes back unchanged (``executors`` left out when the
     reader may not see them)."""
-    body = {name: getattr(workflow, name) for name in FILE_FIELDS if name != "owner"}
+    body = {"slug": workflow.slug, **_stored(workflow)}
     body["owner"] = workflow.owner.get_username() if workflow.owner_id else None
     if not executors:
         body.pop("executors")
@@ -148,12 +148,24 @@ def file_parse(raw: bytes, *, json_format: bool) -> list:
 
 # ---------------------------------------------------------------- apply
 
+def _as_stored(value):
+    """Numbers as the database keeps them (PostgreSQL's jsonb turns 1e16 into 10000000000000000, SQLite keeps the
+    float), so a value read back from either compares equal to the file's."""
+    if isinstance(value, dict):
+        return {key: _as_stored(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_stored(item) for item in value]
+    return jsonb_float(value) if isinstance(value, float) and math.isfinite(value) else value
+
+
 def _same(a, b) -> bool:
-    return canonical_json(a) == canonical_json(b)
+    return canonical_json(_as_stored(a)) == canonical_json(_as_stored(b))
 
 
 def _stored(workflow: Workflow) -> dict:
-    return {name: getattr(workflow, name) for name in WRITABLE}
+    """The definition's fields as they act: an empty ``schedule_intent`` is the slug."""
+    return {**{name: getattr(workflow, name) for name in WRITABLE},
+            "schedule_intent": workflow.schedule_intent or workflow.slug}
 
 
 def _refusal(workflow: str, exc: DomainError) -> dict:
