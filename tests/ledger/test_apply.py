@@ -263,3 +263,18 @@ def test_an_archived_workflows_ticks_stop_and_restoring_starts_them_again(tmp_pa
     periodic_tasks_ensure()
     assert PeriodicTask.objects.filter(name="workflow: nightly").exists()
     assert workflow_fire("nightly", "2026-12-01T03:00:00Z") != ""
+
+
+def test_the_readme_example_applies(tmp_path):
+    """The definition the README shows is one apply takes (and a second apply leaves unchanged)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    example = re.search(r"```yaml\n(workflows:\n.*?)```", readme, re.S).group(1)
+    make_operator("owner", name="alice")
+    status, out, err = apply(tmp_path, example)
+    assert status == 0, err
+    assert "created    release-notes" in out
+    assert Workflow.objects.get(slug="release-notes").executors["publish"]["handler"] == "webhook"
+    assert apply(tmp_path, example)[1].startswith("unchanged")
