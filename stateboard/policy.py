@@ -152,7 +152,7 @@ def access_check(policy: Policy, request, kwargs: dict) -> None:
 
 # ---------------------------------------------------------------- the refusals' audit (a port)
 
-def _no_recorder(user, *, action: str, code: str, request, kwargs: dict) -> None:
+def _no_recorder(user, *, action: str, code: str, request, kwargs: dict, errors=None) -> None:
     raise RuntimeError("No refusal recorder is wired (the ledger app sets stateboard.policy.refusal_recorder).")
 
 
@@ -165,7 +165,8 @@ def refusal_audit(policy: Policy | None, exc: Exception, request, kwargs: dict) 
     if policy is None or policy.audit is None or not request.user.is_authenticated:
         return
     if isinstance(exc, Refused) or (policy.audit_all and isinstance(exc, DomainError)):
-        refusal_recorder(request.user, action=policy.audit, code=exc.code, request=request, kwargs=kwargs)
+        refusal_recorder(request.user, action=policy.audit, code=exc.code, request=request, kwargs=kwargs,
+                         errors=exc.extra.get("errors") if isinstance(exc, DomainError) else None)
 
 
 # ---------------------------------------------------------------- the pipeline for API views

@@ -112,9 +112,10 @@ def agents_of_lease(request, kwargs) -> list[list[str]]:
     return _agents_of(slugs)
 
 
-def refusal_record(user, *, action: str, code: str, request, kwargs: dict) -> None:
+def refusal_record(user, *, action: str, code: str, request, kwargs: dict, errors=None) -> None:
     """The audit entry of one refused attempt (``stateboard.policy.refusal_recorder``), written outside
-    the refused write's rolled-back transaction; what was refused is named by the path."""
+    the refused write's rolled-back transaction; what was refused is named by the path (and ``errors``,
+    the refusal's own, e.g. each refused definition of an apply)."""
     run_id, target = kwargs.get("run_id"), ""
     if "approval_id" in kwargs:
         target = str(kwargs["approval_id"])
@@ -128,7 +129,8 @@ def refusal_record(user, *, action: str, code: str, request, kwargs: dict) -> No
         run_id = None
     with transaction.atomic():
         audit_record(user=user, action=action, outcome="refused", run_id=run_id, target=str(target)[:200],
-                     code=code, reason=request_field(request, "reason")[:1000])
+                     code=code, reason=request_field(request, "reason")[:1000],
+                     data={"errors": errors} if errors else None)
 
 
 class ReasonInputSerializer(serializers.Serializer):

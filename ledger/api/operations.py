@@ -29,8 +29,24 @@ OPS = named({
     "workflows_partial_update": Op(
         "Change a workflow",
         "Changes the given fields (a `policy_version` change is a bump, audited with the optional `reason`). "
-        "Owners only.",
-        {404: ["workflow_not_found"], 422: ["validation_error", "invalid_schedule"]}),
+        "A change of stages, effect or approval stages, or of which stages have executors and their handler, "
+        "needs a different `policy_version` (an executor's `config` does not). Owners only.",
+        {404: ["workflow_not_found"], 409: ["policy_version_required"],
+         422: ["validation_error", "invalid_schedule", "invalid_executors", "secret_env_not_allowed",
+               "invalid_knowledge_scope"]}),
+    "workflows_apply_create": Op(
+        "Apply workflow definitions",
+        "Workflows as code (SPEC §12.2), the same apply as `manage.py apply`: makes the workflows match the whole "
+        "definitions in `workflows` and answers per workflow `created`, `changed` (each field old → new), "
+        "`unchanged`, `archived` or `restored`. All or nothing: one refused definition refuses them all (the "
+        "first error's code and status, with `errors`: each `{workflow, field, code, detail}`). A change of "
+        "stages, effect or approval stages, or of which stages have executors and their handler, needs a "
+        "different `policy_version`. `dry_run` writes nothing; `prune` archives the workflows apply wrote last "
+        "that are not named, `prune_all` every one not named; nothing is deleted. Each written workflow is "
+        "audited with its changes, refusals too. Owners only.",
+        {409: ["policy_version_required", "workflow_exists"],
+         422: ["validation_error", "invalid_schedule", "invalid_executors", "secret_env_not_allowed",
+               "invalid_knowledge_scope", "unknown_owner"]}),
     "runs_list": Op(
         "List runs",
         "Runs newest first, cursor paginated, filtered by `workflow`, `state`, `intent`, `created_after`, "
@@ -41,7 +57,7 @@ OPS = named({
         "`(workflow, trigger_key)` was seen with the same intent and inputs answers the existing run with "
         "`duplicate: true` (200). A run an agent triggers is leased to it at once. Agents, editors, owners "
         "and on-call (not viewers).",
-        {403: ["agent_not_allowed"], 409: ["trigger_key_mismatch", "active_run_exists"],
+        {403: ["agent_not_allowed"], 409: ["trigger_key_mismatch", "active_run_exists", "workflow_archived"],
          422: ["validation_error", "unknown_workflow", "invalid_trigger", "reserved_trigger_key"]}),
     "runs_lease_create": Op(
         "Lease the earliest-queued run",
@@ -126,7 +142,7 @@ OPS = named({
         "Retry an escalated run",
         "Starts the retry budget afresh and answers the run with its new decision (it is then queued for an "
         "agent). On-call only.",
-        {**RUN_404, 409: ["illegal_transition"], 422: ["validation_error"]}),
+        {**RUN_404, 409: ["illegal_transition", "workflow_archived"], 422: ["validation_error"]}),
     "runs_compensate_create": Op(
         "Propose the compensation",
         "On an escalated run (or one in `compensate`): proposes the compensation of the intent's effects for "
@@ -171,6 +187,6 @@ OPS = named({
         "at `to_stage` or later become `isolated` (or, with `compensate: true`, are compensated first through an "
         "approval); the run is decided again (`resume` / `rolled_back`) from `to_stage` with a fresh retry "
         "budget and queued for an agent. On-call and owners.",
-        {**RUN_404, 409: ["run_active", "active_run_exists", "not_latest_run", "staged_run"],
+        {**RUN_404, 409: ["run_active", "active_run_exists", "not_latest_run", "staged_run", "workflow_archived"],
          422: ["validation_error", "unknown_stage"]}),
 })

@@ -4,6 +4,7 @@ from ledger.api import approvals, checkpoints, effects, events, goals, notificat
 
 urlpatterns = [
     path("workflows/", workflows.WorkflowListCreateApi.as_view(), name="workflow_list"),
+    path("workflows/apply/", workflows.WorkflowApplyApi.as_view(), name="workflow_apply"),  # before <slug>
     path("workflows/<slug:slug>/", workflows.WorkflowDetailApi.as_view(), name="workflow_detail"),
     path("workflows/<slug:slug>/goals/", goals.GoalListCreateApi.as_view(), name="workflow_goals"),
     path("runs/", runs.RunListCreateApi.as_view(), name="run_list"),

@@ -9,11 +9,11 @@ from stateboard.openapi import operation, page_of
 from ledger.api.operations import OPS
 from ledger.api.shapes import WorkflowOutputSerializer
 from ledger.models import Workflow
-from stateboard.errors import NotFound
+from stateboard.errors import Invalid, NotFound
 from stateboard.policy import ANY, Policy, PolicyApi
 
-def _edit(action: str) -> Policy:
-    return Policy(roles=ANY, authorizer=authorizers.may_edit_workflow, audit=action)
+def _edit(action: str, **more) -> Policy:
+    return Policy(roles=ANY, authorizer=authorizers.may_edit_workflow, audit=action, **more)
 
 
 class WorkflowInputSerializer(serializers.Serializer):
@@ -79,3 +79,56 @@ class WorkflowDetailApi(PolicyApi):
         reason = data.pop("reason", "")
         workflow = services.workflow_update(user=request.user, slug=slug, data=data, reason=reason)
         return Response(WorkflowOutputSerializer(workflow, context={"request": request}).data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """true or false only (DRF's also takes "yes", 1, "on": types are never converted here)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+class WorkflowApplyInputSerializer(serializers.Serializer):
+    workflows = serializers.ListField(
+        child=serializers.JSONField(), max_length=1000,
+        help_text="whole definitions: the fields of POST /workflows/ plus `owner` (a username or null) and "
+                  "`agents`; an omitted field takes its default; a value of the wrong type is refused")
+    dry_run = StrictBooleanField(required=False, default=False, help_text="answer the same, write nothing")
+    prune = StrictBooleanField(required=False, default=False,
+                               help_text="archive the workflows apply wrote last that `workflows` does not name")
+    prune_all = StrictBooleanField(required=False, default=False,
+                                   help_text="archive every workflow `workflows` does not name")
+
+
+class FieldChangeSerializer(serializers.Serializer):
+    old = serializers.JSONField(allow_null=True)
+    new = serializers.JSONField(allow_null=True)
+
+
+class ApplyOutcomeSerializer(serializers.Serializer):
+    workflow = serializers.CharField()
+    result = serializers.ChoiceField(choices=["created", "changed", "unchanged", "archived", "restored"])
+    changes = serializers.DictField(child=FieldChangeSerializer(), help_text="each changed field, old → new")
+
+
+class ApplyOutputSerializer(serializers.Serializer):
+    dry_run = serializers.BooleanField()
+    results = ApplyOutcomeSerializer(many=True)
+
+
+class WorkflowApplyApi(PolicyApi):
+    """Workflows as code over HTTP: the same apply as ``manage.py apply`` (``services.workflows_apply``)."""
+
+    policy = {"POST": _edit("workflow_apply", audit_all=True)}
+
+    @operation(OPS["workflows_apply_create"], request=WorkflowApplyInputSerializer,
+               responses={200: ApplyOutputSerializer})
+    def post(self, request):
+        data = validated(WorkflowApplyInputSerializer, body_of(request))
+        if data["prune"] and data["prune_all"]:
+            raise Invalid("validation_error", "Give prune or prune_all, not both.", errors={"prune_all": ["or prune"]})
+        outcomes = services.workflows_apply(definitions=data["workflows"], user=request.user, dry_run=data["dry_run"],
+                                            prune="all" if data["prune_all"] else "apply" if data["prune"] else "")
+        return Response({"dry_run": data["dry_run"], "results": [outcome.as_dict() for outcome in outcomes]})

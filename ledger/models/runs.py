@@ -84,6 +84,10 @@ class Workflow(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # SPEC §12.2: an archived workflow takes no triggers, retries, rollbacks or ticks; a file naming it restores it.
+    archived_at = models.DateTimeField(null=True, blank=True)
+    # Whether `apply` wrote it last (`apply --prune` archives only these); the API's writes clear it.
+    written_by_apply = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         ordering = ["slug"]

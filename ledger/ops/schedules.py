@@ -55,10 +55,11 @@ def periodic_tasks_ensure() -> int:
         every, _ = IntervalSchedule.objects.get_or_create(every=seconds, period=IntervalSchedule.SECONDS)
         PeriodicTask.objects.update_or_create(name=name, defaults={"task": task, "interval": every, "crontab": None})
     installed = 0
+    scheduled = Workflow.objects.exclude(schedule="").filter(archived_at__isnull=True)  # archived: ticks stop
     PeriodicTask.objects.filter(name__startswith="workflow: ").exclude(
-        name__in=[f"workflow: {slug}" for slug in Workflow.objects.exclude(schedule="").values_list("slug", flat=True)]
+        name__in=[f"workflow: {slug}" for slug in scheduled.values_list("slug", flat=True)]
     ).delete()  # a schedule that was removed
-    for workflow in Workflow.objects.exclude(schedule=""):
+    for workflow in scheduled:
         minute, hour, day, month, weekday = workflow.schedule.split()
         cron, _ = CrontabSchedule.objects.get_or_create(minute=minute, hour=hour, day_of_month=day,
                                                         month_of_year=month, day_of_week=weekday, timezone="UTC")

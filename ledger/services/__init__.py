@@ -2,9 +2,10 @@
 
 notifications, outbox < writer (fingerprints, hash chain, run lock, RunWriter) < versions (goal versions,
 stage generations) < audit < escalations < checkpoints < runs < goals < leases < oncall < approvals < rollback
-< handoff < events < batches < executor < workflows.
+< handoff < events < batches < executor < workflows < apply (workflows as code).
 """
 
+from ledger.services.apply import file_form, file_parse, outcome_lines, workflows_apply
 from ledger.services.approvals import (action_validate, approval_decide, approval_request, approvals_expire,
                                        permit_find, permit_spend)
 from ledger.services.audit import audit_record
@@ -37,4 +38,5 @@ __all__ = [
     "approval_notify", "notification_read", "notifications_send",
     "run_retry", "run_trigger", "runs_expire_leases", "executor_run", "executor_sweep", "run_lease", "outbox_put",
     "outbox_relay", "schedule_tick", "workflow_create", "workflow_update", "workflow_validate",
+    "file_form", "file_parse", "outcome_lines", "workflows_apply",
 ]

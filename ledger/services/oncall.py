@@ -13,7 +13,7 @@ from ledger.models import HOLDING_STATES, Approval, EventKind, Run
 from ledger.services.escalations import escalation_close, escalation_raise
 from ledger.services.goals import goal_latest_adopt
 from ledger.services.notifications import approval_notify
-from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
+from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather, workflow_active_require
 from ledger.services.writer import RunWriter, illegal, run_lock, workflow_and_run_lock
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, Invalid
@@ -33,6 +33,7 @@ def run_retry(*, run_id, user, reason: str = "") -> Run:
     actor, role = _oncall(user, run, authorizers.may_retry)
     if run.state != "escalated":
         raise illegal(run, f"Only an escalated run can be retried (this one is {run.state!r}).")
+    workflow_active_require(workflow)
     now = timezone.now()
     writer = RunWriter(run, actor, now)
     writer.emit(EventKind.RETRIED, run.current_stage, reason_code="oncall_retry", data={"role": role, "reason": reason})

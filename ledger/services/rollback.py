@@ -22,7 +22,7 @@ from ledger.services.checkpoints import server_checkpoint
 from ledger.services.escalations import escalation_close, escalation_raise
 from ledger.services.goals import decide_again, goal_latest_adopt, goal_move
 from ledger.services.oncall import compensation_plan
-from ledger.services.runs import dead_leases_expire
+from ledger.services.runs import dead_leases_expire, workflow_active_require
 from ledger.services.versions import generations_bump, goal_latest_version
 from ledger.services.writer import RunWriter, workflow_and_run_lock
 from stateboard.canonical import digest
@@ -67,6 +67,7 @@ def run_rollback(*, run_id, user, to_stage, reason: str = "", compensate: bool =
     if run.state not in ROLLBACK_STATES:
         raise Conflict("run_active", f"Only a finished or escalated run can be rolled back (this one is {run.state!r}).",
                        state=run.state)
+    workflow_active_require(workflow)
     now = timezone.now()
     others = dead_leases_expire(workflow=workflow, intent=run.intent, now=now, exclude=run.id)
     holder = next((o for o in others if o.state in HOLDING_STATES), None)

@@ -248,6 +248,14 @@ class _InsertRefused(Exception):
         self.workflow_slug, self.intent, self.trigger_key, self.keyed = workflow_slug, intent, trigger_key, keyed
 
 
+def workflow_active_require(workflow: Workflow) -> None:
+    """An archived workflow takes no new work (SPEC §12.2): its triggers (a duplicate trigger key still
+    answers its run), ticks, retries and rollbacks are 409 ``workflow_archived``; runs holding an intent finish."""
+    if workflow.archived_at is not None:
+        raise Conflict("workflow_archived", f"Workflow {workflow.slug!r} is archived; a workflows file naming it "
+                                            "restores it.")
+
+
 def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigger: str, trigger_key: str | None,
                         env_fingerprint: str, actor: str, staged: bool) -> tuple[Run, bool]:
     workflow = Workflow.objects.filter(slug=workflow_slug).first()
@@ -267,6 +275,7 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
                                     trigger=trigger, staged=staged, existing=keyed_run)
         if existing is not None:
             return existing, False
+    workflow_active_require(workflow)
 
     now = timezone.now()
     goal_version = goal_latest_version(workflow_id=workflow.id, intent=intent)
@@ -336,7 +345,9 @@ def schedule_tick(*, workflow_slug: str, slot: str) -> Run | None:
         run, _ = run_trigger(workflow_slug=workflow.slug, inputs={**(workflow.schedule_inputs or {}), "slot": slot},
                              intent=workflow.schedule_intent or workflow.slug, trigger=Trigger.SCHEDULE,
                              trigger_key=f"schedule:{slot}", actor="system")
-    except Conflict as exc:  # the tick already has its run (its inputs changed since)
+    except Conflict as exc:  # the tick already has its run (its inputs changed since), or its workflow is archived
+        if exc.code == "workflow_archived":
+            return None
         if exc.code != "trigger_key_mismatch":
             raise
         run = Run.objects.get(workflow=workflow, trigger_key=f"schedule:{slot}")

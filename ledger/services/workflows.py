@@ -6,6 +6,8 @@ its PeriodicTask rows once the transaction commits (django-celery-beat picks cha
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
@@ -21,6 +23,9 @@ DURATIONS = ("checkpoint_ttl_seconds", "lease_seconds", "approval_ttl_seconds")
 POLICY_FIELDS = ("stages", "effect_stages", "approval_stages", "policy_version", "max_retries", *DURATIONS,
                  "schedule", "schedule_intent", "schedule_inputs", "executors", "knowledge_scope", "agents")
 WRITABLE = ("title", *POLICY_FIELDS)
+# What a run's checkpoints and effect keys were made under: changing it needs another policy_version.
+DEFINITION_SHAPE = ("stages", "effect_stages", "approval_stages", "executor handlers")
+_SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
 
 
 def _refuse(field: str, message: str, code: str = "validation_error"):
@@ -62,11 +67,23 @@ def secret_env_prefix(slug: str) -> str:
     return f"STATEBOARD_SECRET_{slug.upper().replace('-', '_')}_"
 
 
+def _slug(value) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 100 and _SLUG.match(value) is not None
+
+
 def workflow_validate(workflow: Workflow) -> None:
-    """Every rule a definition must satisfy (the one home of them; callers set the fields first)."""
+    """Every rule a definition must satisfy (the one home of them; callers set the fields first). Types are
+    checked, never converted: ``policy_version: 1.10`` (a number) is refused."""
+    if not _slug(workflow.slug):
+        _refuse("slug", "slug must be a string of at most 100 letters, digits, '-' or '_'.")
+    if not isinstance(workflow.title, str) or len(workflow.title) > 200:
+        _refuse("title", "title must be a string of at most 200 characters.")
+    if not isinstance(workflow.policy_version, str) or not 0 < len(workflow.policy_version) <= 100:
+        _refuse("policy_version", "policy_version must be a non-empty string of at most 100 characters "
+                                  "(quote it in YAML: \"1.10\").")
     stages = workflow.stages
-    if not isinstance(stages, list) or not stages or not all(isinstance(s, str) and s for s in stages):
-        _refuse("stages", "stages must be a non-empty list of names.")
+    if not isinstance(stages, list) or not stages or not all(_slug(s) for s in stages):
+        _refuse("stages", "stages must be a non-empty list of names (letters, digits, '-' or '_').")
     if len(set(stages)) != len(stages):
         _refuse("stages", "Stage names must be unique.")
     for name in ("effect_stages", "approval_stages"):
@@ -78,7 +95,7 @@ def workflow_validate(workflow: Workflow) -> None:
     _integer("max_retries", workflow.max_retries, 1, 100)
     for name in DURATIONS:
         _integer(name, getattr(workflow, name), 1, MAX_SECONDS)
-    if not isinstance(workflow.schedule, str):
+    if not isinstance(workflow.schedule, str) or len(workflow.schedule) > 100:
         _refuse("schedule", "schedule must be a cron string.", "invalid_schedule")
     if workflow.schedule:
         problem = schedule_problem(workflow.schedule)
@@ -100,33 +117,83 @@ def workflow_validate(workflow: Workflow) -> None:
     _executors_validate(workflow.executors, workflow)
 
 
+def executor_handlers(executors) -> dict:
+    """{stage: handler name} of a definition's executors (what its effects are performed by)."""
+    if not isinstance(executors, dict):
+        return {}
+    return {stage: spec.get("handler") if isinstance(spec, dict) else None for stage, spec in executors.items()}
+
+
+def definition_shape(workflow: Workflow) -> dict:
+    return {"stages": workflow.stages, "effect_stages": workflow.effect_stages,
+            "approval_stages": workflow.approval_stages, "executor handlers": executor_handlers(workflow.executors)}
+
+
+def policy_version_require(before: dict, workflow: Workflow) -> None:
+    """A change of stages, effect or approval stages, or of which stages have executors and their handler,
+    needs a different ``policy_version`` (409 ``policy_version_required``): old checkpoints and effect keys
+    would be taken for the new definition. An executor's ``config`` may change freely. ``before`` is
+    ``definition_shape`` of the stored definition with its ``policy_version``. The one home of the rule
+    (PATCH and apply call it)."""
+    after = definition_shape(workflow)
+    changed = [name for name in DEFINITION_SHAPE if before[name] != after[name]]
+    if changed and before["policy_version"] == workflow.policy_version:
+        detail = (f"Changing {', '.join(changed)} needs a different policy_version (it is still "
+                  f"{workflow.policy_version!r}): old checkpoints and effect keys would be taken for the new definition.")
+        raise Conflict("policy_version_required", detail, errors={"policy_version": [detail]}, changed=changed)
+
+
+def policy_bump_audit(*, user, workflow: Workflow, before: str, reason: str = "", actor: str = "") -> None:
+    """The policy history's entry (the workflow page reads it) when ``policy_version`` changed."""
+    if workflow.policy_version != before:
+        audit_record(user=user, actor=actor, action="policy_bump", outcome="done", target=workflow.slug,
+                     reason=reason, data={"from": before, "to": workflow.policy_version})
+
+
+def workflow_build(*, slug, data: dict, owner=None) -> Workflow:
+    """A new, unsaved workflow from ``data`` (the fields of ``POST /workflows/``), every omitted field at its
+    default (effect and approval stages default to the default ones among ``stages``)."""
+    workflow = Workflow(slug=slug, owner=owner)
+    stages = data.get("stages")
+    if isinstance(stages, list) and "effect_stages" not in data:
+        workflow.effect_stages = [s for s in workflow.effect_stages if s in stages]
+    if isinstance(stages, list) and "approval_stages" not in data:
+        workflow.approval_stages = [s for s in workflow.approval_stages if s in stages]
+    for name in WRITABLE:
+        if name in data:
+            setattr(workflow, name, data[name])
+    workflow.schedule_intent = workflow.schedule_intent or slug
+    return workflow
+
+
+def workflow_insert(workflow: Workflow) -> None:
+    """Save a new workflow; a slug taken (also by a concurrent create) is 409 ``workflow_exists``."""
+    if Workflow.objects.filter(slug=workflow.slug).exists():
+        raise Conflict("workflow_exists", f"A workflow {workflow.slug!r} already exists.")
+    try:
+        with transaction.atomic():
+            workflow.save(force_insert=True)
+    except IntegrityError:  # a concurrent create took the slug between the check and the insert
+        raise Conflict("workflow_exists", f"A workflow {workflow.slug!r} already exists.")
+
+
+def schedules_sync() -> None:
+    """Beat's entries follow the workflows once the transaction commits."""
+    transaction.on_commit(periodic_tasks_ensure)
+
+
 def _after_commit_sync(schedule_changed: bool) -> None:
     if schedule_changed:
-        transaction.on_commit(periodic_tasks_ensure)
+        schedules_sync()
 
 
 @transaction.atomic
 def workflow_create(*, user, data: dict) -> Workflow:
     """A new workflow owned by ``user``; a slug taken (also by a concurrent create) is 409 ``workflow_exists``."""
     authorizers.may_edit_workflow(user)
-    slug = data.get("slug")
-    workflow = Workflow(slug=slug, owner=user)
-    if "stages" in data and "effect_stages" not in data:
-        workflow.effect_stages = [s for s in workflow.effect_stages if s in data["stages"]]
-    if "stages" in data and "approval_stages" not in data:
-        workflow.approval_stages = [s for s in workflow.approval_stages if s in data["stages"]]
-    for name in WRITABLE:
-        if name in data:
-            setattr(workflow, name, data[name])
-    workflow.schedule_intent = workflow.schedule_intent or slug
+    workflow = workflow_build(slug=data.get("slug"), data=data, owner=user)
     workflow_validate(workflow)
-    if Workflow.objects.filter(slug=slug).exists():
-        raise Conflict("workflow_exists", f"A workflow {slug!r} already exists.")
-    try:
-        with transaction.atomic():
-            workflow.save(force_insert=True)
-    except IntegrityError:  # a concurrent create took the slug between the check and the insert
-        raise Conflict("workflow_exists", f"A workflow {slug!r} already exists.")
+    workflow_insert(workflow)
     _after_commit_sync(bool(workflow.schedule))
     return workflow
 
@@ -139,14 +206,15 @@ def workflow_update(*, user, slug: str, data: dict, reason: str = "") -> Workflo
     if workflow is None:
         raise NotFound("workflow_not_found", f"No workflow {slug!r}.")
     before = {name: getattr(workflow, name) for name in WRITABLE}
+    shape = {**definition_shape(workflow), "policy_version": workflow.policy_version}
     for name in WRITABLE:
         if name in data:
             setattr(workflow, name, data[name])
     workflow.schedule_intent = workflow.schedule_intent or workflow.slug
     workflow_validate(workflow)
+    policy_version_require(shape, workflow)
+    workflow.written_by_apply = False  # `apply --prune` leaves a workflow the API wrote last alone
     workflow.save()
-    if workflow.policy_version != before["policy_version"]:
-        audit_record(user=user, action="policy_bump", outcome="done", target=workflow.slug, reason=reason,
-                     data={"from": before["policy_version"], "to": workflow.policy_version})
+    policy_bump_audit(user=user, workflow=workflow, before=before["policy_version"], reason=reason)
     _after_commit_sync(workflow.schedule != before["schedule"])
     return workflow

@@ -1,4 +1,5 @@
-"""Workflows: definition, schedule and its next ticks (UTC), policy history, recent runs."""
+"""Workflows: definition (also in the file form `apply` takes), schedule and its next ticks (UTC), policy
+history, recent runs."""
 
 from datetime import datetime, timedelta, timezone as dt_timezone
 
@@ -9,8 +10,9 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from ledger import selectors
+from ledger import selectors, services
 from stateboard.policy import ANY, Policy, page
+from stateboard.roles import OWNER, has_role
 
 
 def next_ticks(schedule: str, *, now=None, count: int = 5) -> list:
@@ -61,10 +63,12 @@ def workflow_list(request):
 @require_GET
 @page(Policy(roles=ANY))
 def workflow_detail(request, slug):
-    workflow = selectors.workflow_list().filter(slug=slug).first()
+    workflow = selectors.workflow_list().select_related("owner").filter(slug=slug).first()
     if workflow is None:
         raise Http404("No such workflow.")
+    owner = has_role(request.user, OWNER)  # executors (handler URLs, secret names) are shown to owners only
     context = {
+        "definition": services.file_form([workflow], executors=owner), "definition_has_executors": owner,
         "workflow": workflow, "ticks": next_ticks(workflow.schedule) if workflow.schedule else [],
         "policy_history": list(selectors.policy_history(workflow=workflow)),
         "runs": list(selectors.runs_filtered({"workflow": workflow.slug}).qs[:20]),

@@ -74,7 +74,8 @@ def _workflows(owner) -> list[str]:
             continue
         # A database seeded by an older demo may hold another shape under this slug: the fleet needs its own.
         wanted = {k: definition[k] for k in SHAPE if k in definition}
-        if any(getattr(existing, k) != v for k, v in wanted.items()):
+        if any(getattr(existing, k) != v for k, v in wanted.items()):  # another shape needs another policy version
+            wanted["policy_version"] = f"{existing.policy_version[:90]}-demo"
             services.workflow_update(user=owner, slug=slug, data=wanted, reason="demo: the fleet's definition")
     return made
 

@@ -130,4 +130,17 @@
       event.preventDefault();
     }
   });
+
+  // A copy button for a block of text (the workflow page's definition file); shown only where JS runs.
+  function showCopyButtons() {
+    document.querySelectorAll("[data-copy][hidden]").forEach(function (button) { button.hidden = false; });
+  }
+  showCopyButtons();
+  document.addEventListener("htmx:afterSwap", showCopyButtons);
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-copy]");
+    var block = button && document.querySelector(button.getAttribute("data-copy"));
+    if (!block || !navigator.clipboard) { return; }
+    navigator.clipboard.writeText(block.textContent).then(function () { button.textContent = "Copied"; });
+  });
 })();
