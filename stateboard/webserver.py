@@ -1,11 +1,11 @@
 """The web tier's command line, one home for ``manage.py up`` and ``bench ledger``.
 
-granian (a Rust HTTP server) serving the WSGI app: one worker process per core, ``WEB_THREADS`` (4)
-Python threads each, HTTP/1.1 keep-alive so an agent's client reuses its connection between calls, a
-worker that dies respawned. A thread waiting on PostgreSQL or on a long-poll lease leaves the other
-threads serving. ``WEB_SERVER=gunicorn`` serves the same app with gunicorn's threaded workers
-(``gthread``) instead: ``bench ledger`` measures both in one run, and granian's per-request overhead
-is the smaller (README, "The agent's path: batches, lock order, web tier").
+granian (a Rust HTTP server) serving ``stateboard.asgi``: one worker process per core, each running
+Django's WSGI app on ``WEB_THREADS`` (4) threads, HTTP/1.1 keep-alive so an agent's client reuses its
+connection between calls, a worker that dies respawned. A thread waiting on PostgreSQL leaves the other
+threads serving; a lease long-poll waits in the event loop and holds no thread (``stateboard.waits``).
+``WEB_SERVER=gunicorn`` serves the plain WSGI app with gunicorn's threaded workers (``gthread``)
+instead, where a long-poll does hold its thread: ``bench ledger`` measures both in one run.
 """
 
 from __future__ import annotations
@@ -40,20 +40,24 @@ def _size(name: str, default: int) -> int:
     return int(value)
 
 
+def web_threads() -> int:
+    """The web tier's threads per worker process (``WEB_THREADS``, default 4)."""
+    return _size("WEB_THREADS", 4)
+
+
 def web_command(python: str, bind: str, server: str | None = None) -> list[str]:
     """The command serving stateboard.wsgi on ``bind`` (``host:port``) with ``server`` (default
     ``WEB_SERVER``, else granian); ``WEB_WORKERS`` / ``WEB_THREADS`` override the sizes."""
     server = server or server_name()
-    workers, threads = str(_size("WEB_WORKERS", cores())), str(_size("WEB_THREADS", 4))
+    workers, threads = str(_size("WEB_WORKERS", cores())), str(web_threads())
     if server == "gunicorn":  # no control socket: gunicorn >= 25 opens one in the working directory
         return [python, "-m", "gunicorn", "stateboard.wsgi", "--bind", bind, "--workers", workers,
                 "--worker-class", "gthread", "--threads", threads, "--keep-alive", "5",
                 "--access-logfile", "-", "--no-control-socket"]
     host, _, port = bind.rpartition(":")
-    return [python, "-m", "granian", "--interface", "wsgi", "--host", host.strip("[]") or "127.0.0.1",
-            "--port", port, "--workers", workers, "--blocking-threads", threads, "--no-ws",
-            "--respawn-failed-workers", "--workers-kill-timeout", str(STOP_SECONDS), "--access-log",
-            "stateboard.wsgi:application"]
+    return [python, "-m", "granian", "--interface", "asgi", "--host", host.strip("[]") or "127.0.0.1",
+            "--port", port, "--workers", workers, "--no-ws", "--respawn-failed-workers",
+            "--workers-kill-timeout", str(STOP_SECONDS), "--access-log", "stateboard.asgi:application"]
 
 
 def processes_stop(processes, *, wait: float) -> None:

@@ -58,3 +58,38 @@ def test_demo_check_fails_on_a_missing_fault_or_a_broken_scenario():
     assert "env_change: StateboardError: 409 illegal_transition" in failures
     missing = [f for f in failures if f.startswith("fault not produced")]
     assert len(missing) == len(PROMISED) - 1 and not any("duplicate_trigger" in f for f in missing)
+
+
+@pytest.mark.slow  # agent processes against a live server
+def test_the_living_fleet_picks_up_a_queued_run_within_seconds(live_server):
+    """Idle agents long-poll for work: a run a human queues (a trigger, an on-call retry) is leased and
+    completed by the fleet without waiting for its next round."""
+    import time
+
+    from ledger import services
+    from ledger.ops.demo.fleet import Fleet
+    from ledger.ops.demo.setup import demo_setup
+    from ledger.models import Workflow
+    from tests.factories import make_operator
+
+    world = demo_setup(agents=1)
+    owner, _ = make_operator("owner")
+    fleet = Fleet(url=live_server.url, agents=world["agents"], editor_token=world["tokens"]["editor"],
+                  executors={}, lease_wait=2, out=lambda line: None)
+    fleet.start()
+    try:
+        workflow = Workflow.objects.get(slug="ci-triage")
+        run, _ = services.run_trigger(workflow_slug=workflow.slug, intent="pipeline/by-hand", trigger="human",
+                                      trigger_key=None, inputs={"failure": "by-hand", "commit": "abc"},
+                                      env_fingerprint="", actor=f"user:{owner.username}")
+        assert run.queued_until is not None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            run.refresh_from_db()
+            if run.state == "completed":
+                break
+            time.sleep(0.3)
+        assert run.state == "completed"
+        assert run.events.filter(kind="leased", actor__startswith="agent:demo-agent-1").exists()
+    finally:
+        fleet.stop()

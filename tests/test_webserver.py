@@ -17,8 +17,9 @@ def test_the_command_is_granian_unless_told_otherwise(monkeypatch):
     monkeypatch.setenv("WEB_WORKERS", "3")
     monkeypatch.setenv("WEB_THREADS", "5")
     command = webserver.web_command("python", "0.0.0.0:8123")
-    assert command[:3] == ["python", "-m", "granian"] and command[-1] == "stateboard.wsgi:application"
-    assert ["--host", "0.0.0.0", "--port", "8123", "--workers", "3", "--blocking-threads", "5"] == command[5:13]
+    assert command[:5] == ["python", "-m", "granian", "--interface", "asgi"]
+    assert command[-1] == "stateboard.asgi:application"  # its thread pool has WEB_THREADS threads
+    assert ["--host", "0.0.0.0", "--port", "8123", "--workers", "3"] == command[5:11]
     monkeypatch.setenv("WEB_SERVER", "gunicorn")
     command = webserver.web_command("python", "127.0.0.1:8123")
     assert command[:3] == ["python", "-m", "gunicorn"] and "gthread" in command and "127.0.0.1:8123" in command

@@ -18,6 +18,7 @@ from ledger.api.shapes import RunDetailOutputSerializer, RunOutputSerializer, ru
 from ledger.filters import RunFilter, StrictFilterBackend
 from ledger.models import Run, Trigger
 from stateboard.errors import NotFound
+from stateboard.waits import WAIT_HEADER, WAITS_OUTSIDE
 from stateboard.policy import ANY, Policy, PolicyApi
 from stateboard.roles import AGENT, actor_for, has_role
 
@@ -86,10 +87,14 @@ class RunLeaseApi(PolicyApi):
                responses={200: RunDetailOutputSerializer, 204: OpenApiResponse(description="no queued run")})
     def post(self, request):
         data = validated(RunLeaseInputSerializer, body_of(request))
+        waits_outside = request.META.get(WAITS_OUTSIDE, False)  # the ASGI entry waits without a thread
         run = services.run_lease(actor=actor_for(request.user), workflows=data.get("workflows") or None,
-                                 wait_seconds=data["wait_seconds"])
+                                 wait_seconds=0 if waits_outside else data["wait_seconds"])
         if run is None:
-            return Response(status=status.HTTP_204_NO_CONTENT)
+            response = Response(status=status.HTTP_204_NO_CONTENT)
+            if waits_outside and data["wait_seconds"]:
+                response[WAIT_HEADER] = str(data["wait_seconds"])
+            return response
         return Response(RunDetailOutputSerializer(selectors.run_detail(run_id=run.id)).data)
 
 

@@ -190,6 +190,8 @@ class RunWriter:
         else:
             changed = [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
             store().run_write(self.run, changed, self.events, self.rows)
+        if self.run.queued_until is not None and (insert or self.before["queued_until"] is None):
+            store().queued_announce(self.run.workflow.slug)  # waiting leases wake at commit
         self.rows, self.events = [], []
         self.before = {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
 

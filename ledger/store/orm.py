@@ -20,6 +20,10 @@ class OrmStore:
     def intent_lock(self, workflow_id: int, intent: str) -> None:
         """Serialise this transaction with every other writer of (workflow, intent)."""
 
+    def queued_announce(self, workflow_slug: str) -> None:
+        """Tell waiting lease calls, once the transaction commits, that a run of the workflow is queued
+        (nothing to tell here: without NOTIFY they poll, ``stateboard.waits``)."""
+
     def token_read(self, key_hash: str) -> tuple[ApiToken | None, list[str]]:
         """An API token with its user, and the names of the user's groups."""
         token = ApiToken.objects.select_related("user").filter(key_hash=key_hash).first()

@@ -11,6 +11,7 @@ from django.db.models.sql import InsertQuery, UpdateQuery
 
 from ledger.models import ApiToken, Checkpoint, Effect, LedgerEvent, Run
 from ledger.store.orm import OrmStore
+from stateboard.waits import CHANNEL
 
 
 class PostgresStore(OrmStore):
@@ -51,6 +52,10 @@ class PostgresStore(OrmStore):
             return run, self.event_by_client_id(run.id, client_event_id)
         original = LedgerEvent.objects.get(id=run.original_event_id) if run.original_event_id else None
         return run, original
+
+    def queued_announce(self, workflow_slug: str) -> None:
+        with connection.cursor() as cursor:  # delivered at commit, dropped on rollback
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, workflow_slug])
 
     def run_write(self, run: Run, changed: list[str], events: list[LedgerEvent],
                   checkpoints: list[Checkpoint]) -> None:

@@ -12,7 +12,7 @@ reach the server; nothing is written to it. Example::
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger.ops.bench import agents, instructions, knowledge, ledger, pages, sweeps
+from ledger.ops.bench import agents, fleet, instructions, knowledge, ledger, pages, sweeps
 from ledger.ops.bench.common import BenchError, Out, scratch_database
 
 
@@ -31,11 +31,15 @@ class Command(BaseCommand):
         "client over HTTP beside the raw HTTP append, and the resume packet p50/p95 with 10,000 claims in scope; "
         "'instructions' (needs valgrind) the CPU instructions the client process spends per append, through the "
         "service layer and through the HTTP stack, beside a raw psycopg INSERT + COMMIT, counted by callgrind: "
-        "figures that do not move with the machine's load."
+        "figures that do not move with the machine's load; 'longpoll' a sequential client's /healthz and append p95 "
+        "alone and beside 200 leases waiting 30 s (SPEC §11.3); 'fleet' N simulated agents at a model's pace "
+        "(--steps), append p95, trigger→decision p95, lease wait, errors, web and database CPU per N, and the "
+        "largest N with append p95 ≤ 50 ms."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("target", choices=["ledger", "knowledge", "sweeps", "pages", "agents", "instructions"], help="what to benchmark")
+        parser.add_argument("target", choices=["ledger", "knowledge", "sweeps", "pages", "agents", "instructions",
+                                               "longpoll", "fleet"], help="what to benchmark")
         parser.add_argument("--scale", type=float, default=1.0,
                             help="scale the data sizes (1.0: 1,000,000 events / 100,000 runs; tests use 0.001)")
         parser.add_argument("--skip-http", action="store_true", help="ledger: skip the HTTP API figures")
@@ -49,6 +53,12 @@ class Command(BaseCommand):
         parser.add_argument("--duration", type=float, default=3.0,
                             help="ledger: seconds per throughput measurement")
         parser.add_argument("--clients", type=int, default=4, help="ledger: concurrent clients (threads)")
+        parser.add_argument("--steps", default=",".join(map(str, fleet.DEFAULT_STEPS)),
+                            help="fleet: the agent counts to step through, comma-separated")
+        parser.add_argument("--step-seconds", type=float, default=30.0, help="fleet: seconds measured per step")
+        parser.add_argument("--waiters", type=int, default=200, help="longpoll: concurrent waiting leases")
+        parser.add_argument("--calls", type=int, default=500,
+                            help="longpoll: sequential /healthz calls and appends, alone and beside the waiters")
         parser.add_argument("--ops", type=int, default=300,
                             help="instructions: operations counted per loop (after a warm-up of as many, at most 50)")
 
@@ -58,6 +68,15 @@ class Command(BaseCommand):
                 bench = {"knowledge": knowledge, "sweeps": sweeps, "pages": pages}[options["target"]]
                 with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
                     bench.run(out=self.stdout, scale=options["scale"])
+                return
+            if options["target"] in ("longpoll", "fleet"):
+                with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
+                    if options["target"] == "longpoll":
+                        fleet.run_longpoll(out=self.stdout, db_name=options["db_name"], waiters=options["waiters"],
+                                           calls=options["calls"])
+                    else:
+                        fleet.run_fleet(out=self.stdout, db_name=options["db_name"], steps=_steps(options["steps"]),
+                                        seconds=options["step_seconds"])
                 return
             if options["target"] == "instructions":
                 if options["ops"] < 1:
@@ -81,3 +100,13 @@ class Command(BaseCommand):
             )
         except BenchError as exc:
             raise CommandError(str(exc))
+
+
+def _steps(text: str) -> list[int]:
+    try:
+        steps = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        steps = []
+    if not steps or min(steps) < 2:
+        raise CommandError("--steps must be agent counts of at least 2, comma-separated (e.g. 100,250,500).")
+    return steps

@@ -18,6 +18,7 @@ from ledger.ops.demo.scenarios import SCENARIOS
 from ledger.ops.demo.setup import demo_setup
 
 LIVING_SCENARIOS_PER_ROUND = 3
+LEASE_WAIT_SECONDS = 10  # idle agents long-poll this long per lease call (SPEC §11.3: no thread held)
 
 
 
@@ -46,7 +47,8 @@ class Command(BaseCommand):
         self.stdout.write(f"Agent {first!r} API token: {world['agents'][first]}")
         executors = {w.slug: sorted(w.executors or {}) for w in Workflow.objects.filter(slug__in=WORKFLOWS)}
         fleet = Fleet(url=url, agents=world["agents"], editor_token=world["tokens"]["editor"], executors=executors,
-                      pace=0.0 if once else 1.5, out=self.stdout.write)
+                      pace=0.0 if once else 1.5, lease_wait=0.0 if once else LEASE_WAIT_SECONDS,
+                      out=self.stdout.write)
         signal.signal(signal.SIGTERM, stop_on_sigterm)
         fleet.start()
         try:
@@ -76,8 +78,8 @@ class Command(BaseCommand):
             tag = round_tag()
             chosen = random.sample(list(scenarios), k=min(LIVING_SCENARIOS_PER_ROUND, len(scenarios)))
             self.stdout.write(f"Round {rounds} ({tag}): {', '.join(chosen)}")
-            fleet.play(["tend"] * agents + chosen, tag)
-            time.sleep(pause)
+            fleet.play(chosen, tag)
+            fleet.listen(pause)
 
     def _wait_for(self, url, seconds=30):
         deadline = time.monotonic() + seconds

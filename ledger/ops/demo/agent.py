@@ -150,12 +150,13 @@ class Agent:
                 return self.editor.post(f"/approvals/{approval['id']}/approve/", {"reason": reason})
         return None
 
-    def tend(self, limit: int = 5) -> list[Run]:
-        """Living fleet: lease queued runs (schedule ticks, on-call retries) and go on with own runs that
-        a human approved meanwhile or the executor handed back."""
+    def tend(self, limit: int = 5, wait_seconds: float = 0) -> list[Run]:
+        """Living fleet: lease queued runs (schedule ticks, on-call retries; the first lease waits up to
+        ``wait_seconds`` for one) and go on with own runs that a human approved meanwhile or the executor
+        handed back."""
         touched = []
         for _ in range(limit):
-            run = self.sb.lease(wait_seconds=0)
+            run = self.sb.lease(wait_seconds=0 if touched else wait_seconds)
             if run is None:
                 break
             touched.append(self.drive(run))

@@ -18,24 +18,31 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from ledger.ops.demo.agent import Agent
-from ledger.ops.demo.scenarios import PROMISED, SCENARIOS, tend
+from ledger.ops.demo.scenarios import PROMISED, SCENARIOS, note, tend
 
 EXECUTOR_GRACE_SECONDS = 6
 PASS_TIMEOUT_SECONDS = 300
 
 
+LEASED = "leased"  # a result the agent found itself between scenarios (not one the parent handed out)
+
+
 def agent_main(url: str, name: str, token: str, editor_token: str, pace: float, executors: dict,
-               tasks, results) -> None:
-    """An agent process: take (scenario, tag) items until ``None``; put (scenario, records) back."""
+               tasks, results, lease_wait: float = 0.0) -> None:
+    """An agent process: take (scenario, tag) items until ``None``; put (scenario, records) back. With
+    ``lease_wait``, between items it long-polls for queued runs (a human's retry, a schedule tick) and
+    goes on with its own runs a human approved meanwhile, as a real agent would."""
     agent = Agent(url, name, token, editor_token, pace=pace, executors=executors)
     parent = os.getppid()
     try:
         while True:
             try:
-                item = tasks.get(timeout=2)
+                item = tasks.get(timeout=0.1 if lease_wait else 2)
             except queue.Empty:
                 if os.getppid() != parent:
                     break  # the fleet's parent died without stopping us
+                if lease_wait:
+                    _serve_between(agent, lease_wait, results)
                 continue
             if item is None:
                 break
@@ -51,6 +58,16 @@ def agent_main(url: str, name: str, token: str, editor_token: str, pace: float, 
         agent.close()
 
 
+def _serve_between(agent: Agent, lease_wait: float, results) -> None:
+    try:
+        records = [note("leased", run, None, detail=run.state) for run in agent.tend(wait_seconds=lease_wait)]
+    except Exception as exc:  # the server restarting, say: try again on the next pass
+        records = [{"scenario": "leased", "error": f"{type(exc).__name__}: {exc}"}]
+        time.sleep(1)
+    if records:
+        results.put((LEASED, [{**r, "agent": agent.name} for r in records]))
+
+
 @dataclass
 class Fleet:
     url: str
@@ -58,6 +75,7 @@ class Fleet:
     editor_token: str
     executors: dict[str, list[str]]
     pace: float = 0.0
+    lease_wait: float = 0.0  # > 0: idle agents long-poll for queued runs (the living fleet)
     out: object = print
     procs: list = field(default_factory=list)
 
@@ -67,7 +85,7 @@ class Fleet:
         for name, token in self.agents.items():
             proc = ctx.Process(target=agent_main, name=name, daemon=True,
                                args=(self.url, name, token, self.editor_token, self.pace, self.executors,
-                                     self.tasks, self.results))
+                                     self.tasks, self.results, self.lease_wait))
             proc.start()
             self.procs.append(proc)
 
@@ -94,16 +112,28 @@ class Fleet:
                 records.append({"scenario": "fleet", "error": "every agent process exited"})
                 break
             try:
-                _, got = self.results.get(timeout=1)
+                scenario, got = self.results.get(timeout=1)
             except queue.Empty:
                 if executor_fallback:
                     executor_nudge()
                 continue
-            waiting -= 1
+            if scenario != LEASED:
+                waiting -= 1
             records.extend(got)
             for record in got:
                 self.out(line_for(record))
         return records
+
+    def listen(self, seconds: float) -> None:
+        """Between rounds: print what the agents lease and finish by themselves."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                _, got = self.results.get(timeout=min(left, 1))
+            except queue.Empty:
+                continue
+            for record in got:
+                self.out(line_for(record))
 
 
 def executor_nudge() -> int:

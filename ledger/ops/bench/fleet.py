@@ -1,0 +1,414 @@
+"""``bench longpoll`` and ``bench fleet``: the web tier as ``up`` starts it, loaded the way a fleet loads it.
+
+``longpoll`` (SPEC §11.3): a sequential client's ``/healthz`` and append latency with no waiters, then
+with ``--waiters`` (200) concurrent ``POST /runs/lease/`` calls waiting 30 s; each waiter's answer time
+beside its ``wait_seconds``, and how soon a newly queued run is leased.
+
+``fleet`` (issue 30): N simulated agents at a language model's pace over HTTP, N stepped up. Half of
+them trigger their own runs, half long-poll ``lease`` for runs a human queues (a feeder queues them as
+fast as those agents finish); each posts one event every 1-3 s with jitter (a stage's ``started`` and
+``succeeded``), with a long-poll waiting between runs. Per N: append p95, trigger → decision p95 (the
+trigger's own answer: the decision is committed before it answers), lease wait, errors, and the web
+server's and database's CPU (the PostgreSQL server's processes, all of them: the scratch database is
+the only busy one during the bench). The largest N whose append p95 is ≤ 50 ms with no error is the
+fleet's capacity on this machine, which the load generator shares.
+
+The load generator is one asyncio process with a hand-written HTTP/1.1 client on keep-alive
+connections (one per agent), so it spends little of the CPU it shares with what it measures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+import uuid
+from urllib.parse import urlsplit
+
+from ledger.identities import agent_create, operator_create
+from ledger.models import Workflow
+from ledger.ops.bench.appends import web_server
+from ledger.ops.bench.common import BenchError, Out, Report, Row, loadavg, percentile, ratio, verdict
+from stateboard.roles import actor_for
+
+FLEET_WORKFLOW = "bench-fleet"
+FLEET_STAGES = ["plan", "act", "report"]
+APPEND_P95_TARGET_MS = 50.0
+DEFAULT_STEPS = (100, 250, 500, 750, 1000)
+LONGPOLL_RATIO_TARGET = 2.0
+IDLE_RECONNECT = 3.0  # granian closes a keep-alive connection idle for 5 s
+
+
+class Http:
+    """An HTTP/1.1 keep-alive connection of one simulated agent (asyncio streams)."""
+
+    def __init__(self, base: str, token: str):
+        parts = urlsplit(base)
+        self.host, self.port = parts.hostname, parts.port
+        self.head = (f"Host: {self.host}:{self.port}\r\nAuthorization: Token {token}\r\n"
+                     "Content-Type: application/json\r\n")
+        self.reader = self.writer = None
+        self.used = 0.0
+
+    async def call(self, method: str, path: str, body=None) -> tuple[int, dict | None]:
+        for attempt in (1, 2):  # a keep-alive connection the server closed meanwhile: once more, fresh
+            try:
+                if self.writer is None or time.monotonic() - self.used > IDLE_RECONNECT:
+                    await self.close()
+                    self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+                data = b"" if body is None else json.dumps(body).encode()
+                self.writer.write(f"{method} {path} HTTP/1.1\r\n{self.head}Content-Length: {len(data)}\r\n\r\n"
+                                  .encode() + data)
+                status_line = await self.reader.readline()
+                if not status_line:
+                    raise ConnectionError("closed")
+                length = 0
+                while (line := await self.reader.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.partition(b":")
+                    if name.lower() == b"content-length":
+                        length = int(value)
+                payload = await self.reader.readexactly(length) if length else b""
+                self.used = time.monotonic()
+                return int(status_line.split()[1]), (json.loads(payload) if payload else None)
+            except (ConnectionError, asyncio.IncompleteReadError, OSError):
+                await self.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            try:
+                await self.writer.wait_closed()
+            except OSError:
+                pass
+        self.reader = self.writer = None
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU of the web server and of the database server
+
+
+def _ticks(pids) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime + stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pid: int) -> list[int]:
+    found, frontier = [pid], [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children") as children:
+                kids = [int(k) for k in children.read().split()]
+        except OSError:
+            kids = []
+        found += kids
+        frontier += kids
+    return found
+
+
+def _postgres_pids() -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as comm:
+                    if comm.read().strip() in ("postgres", "postmaster"):
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+class Cpu:
+    """Cores used by the web server's processes and the database server's over a window."""
+
+    def __init__(self, web_pid: int):
+        self.web_pid = web_pid
+
+    def start(self):
+        self.began, self.web0, self.db0 = time.monotonic(), _ticks(_descendants(self.web_pid)), _ticks(_postgres_pids())
+
+    def stop(self) -> tuple[float, float]:
+        elapsed = time.monotonic() - self.began
+        return ((_ticks(_descendants(self.web_pid)) - self.web0) / elapsed,
+                (_ticks(_postgres_pids()) - self.db0) / elapsed)
+
+
+# ---------------------------------------------------------------------------------------------
+# the world
+
+
+def _setup(agents: int) -> tuple[list[str], str, str]:
+    """The fleet's workflow, ``agents`` agent tokens, an owner's token, and the first agent's actor."""
+    Workflow.objects.get_or_create(slug=FLEET_WORKFLOW, defaults={
+        "title": "Bench fleet", "stages": FLEET_STAGES, "effect_stages": [], "approval_stages": [],
+        "lease_seconds": 600})
+    run_tag = uuid.uuid4().hex[:6]
+    made = [agent_create(name=f"fleet-{run_tag}-{i}") for i in range(agents)]
+    _, owner = operator_create(name=f"fleet-owner-{run_tag}", role="owner", with_token=True)
+    return [token for _, token in made], owner, actor_for(made[0][0].user)
+
+
+def _event(stage: str, kind: str, lease_id: str | None) -> dict:
+    body = {"client_event_id": uuid.uuid4().hex, "stage": stage, "kind": kind}
+    if lease_id:
+        body["lease_id"] = lease_id
+    return body
+
+
+class Step:
+    """What one step's agents saw (after its warm-up)."""
+
+    def __init__(self):
+        self.append_ms, self.trigger_ms, self.lease_wait_s = [], [], []
+        self.errors: dict[str, int] = {}
+        self.counting = False
+
+    def error(self, what: str) -> None:
+        if self.counting:
+            self.errors[what] = self.errors.get(what, 0) + 1
+
+
+async def _drive(http: Http, run: dict, step: Step, stop: asyncio.Event) -> None:
+    lease_id = (run.get("lease") or {}).get("id")
+    for stage in FLEET_STAGES:
+        for kind in ("started", "succeeded"):
+            await asyncio.sleep(random.uniform(1.0, 3.0))  # the model thinks
+            if stop.is_set():
+                return
+            began = time.monotonic()
+            status, body = await http.call("POST", f"/api/v1/runs/{run['id']}/events/", _event(stage, kind, lease_id))
+            if status == 201:
+                if step.counting:
+                    step.append_ms.append((time.monotonic() - began) * 1000)
+            else:
+                step.error(f"event {status} {(body or {}).get('code', '')}")
+                return
+
+
+async def _agent(base: str, token: str, triggers: bool, step_of, stop: asyncio.Event, serial: int) -> None:
+    http = Http(base, token)
+    await asyncio.sleep(random.uniform(0, 3.0))  # agents start spread out, as a fleet does
+    n = 0
+    try:
+        while not stop.is_set():
+            step = step_of()
+            try:
+                if triggers:
+                    n += 1
+                    began = time.monotonic()
+                    status, run = await http.call("POST", "/api/v1/runs/", {
+                        "workflow": FLEET_WORKFLOW, "intent": f"agent-{serial}-{uuid.uuid4().hex[:8]}-{n}", "inputs": {}})
+                    if status != 201:
+                        step.error(f"trigger {status}")
+                        await asyncio.sleep(1)
+                        continue
+                    if step.counting:
+                        step.trigger_ms.append((time.monotonic() - began) * 1000)
+                else:
+                    began = time.monotonic()
+                    status, run = await http.call("POST", "/api/v1/runs/lease/",
+                                                  {"workflows": [FLEET_WORKFLOW], "wait_seconds": 10})
+                    if status == 204:
+                        continue
+                    if status != 200:
+                        step.error(f"lease {status}")
+                        await asyncio.sleep(1)
+                        continue
+                    if step.counting:
+                        step.lease_wait_s.append(time.monotonic() - began)
+                await _drive(http, run, step, stop)
+            except (ConnectionError, asyncio.IncompleteReadError, OSError) as exc:
+                step.error(type(exc).__name__)
+                await asyncio.sleep(1)
+    finally:
+        await http.close()
+
+
+async def _feeder(base: str, owner: str, leasers: int, step_of, stop: asyncio.Event) -> None:
+    """Queues runs for the leasing agents as a human would (a trigger by an operator is queued): about
+    one per leasing agent per run's length (6 events at ~2 s), so they rarely wait long."""
+    http = Http(base, owner)
+    interval = 11.0 / max(leasers, 1)
+    try:
+        while not stop.is_set():
+            status, _ = await http.call("POST", "/api/v1/runs/", {
+                "workflow": FLEET_WORKFLOW, "intent": f"queued-{uuid.uuid4().hex}", "inputs": {}})
+            if status != 201:
+                step_of().error(f"queue {status}")
+            await asyncio.sleep(interval)
+    finally:
+        await http.close()
+
+
+async def _fleet_step(base: str, tokens: list[str], owner: str, seconds: float, warmup: float) -> Step:
+    step, stop = Step(), asyncio.Event()
+    leasers = len(tokens) // 2
+    tasks = [asyncio.create_task(_agent(base, token, i >= leasers, lambda: step, stop, i))
+             for i, token in enumerate(tokens)]
+    tasks.append(asyncio.create_task(_feeder(base, owner, leasers, lambda: step, stop)))
+    await asyncio.sleep(warmup)
+    step.counting = True
+    await asyncio.sleep(seconds)
+    step.counting = False
+    stop.set()
+    await asyncio.wait(tasks, timeout=20)
+    for task in tasks:
+        task.cancel()
+    return step
+
+
+def _ms(values) -> str:
+    return f"{percentile(values, 95):.1f} ms" if values else "—"
+
+
+def run_fleet(*, out, db_name: str, steps=DEFAULT_STEPS, seconds: float = 30.0, warmup: float = 8.0) -> Report:
+    say, report = Out(out), Report()
+    tokens, owner, _ = _setup(max(steps))
+    say(f"bench fleet: steps {', '.join(map(str, steps))} agents, {seconds:.0f} s each after {warmup:.0f} s of warm-up; "
+        f"load {loadavg()}")
+    with web_server(db_name, say, "granian") as base:
+        web_pid = _web_pid(base)
+        best = 0
+        for n in steps:
+            cpu = Cpu(web_pid)
+            cpu.start()
+            step = asyncio.run(_fleet_step(base, tokens[:n], owner, seconds, warmup))
+            web_cores, db_cores = cpu.stop()
+            errors = sum(step.errors.values())
+            p95 = percentile(step.append_ms, 95) if step.append_ms else float("inf")
+            ok = p95 <= APPEND_P95_TARGET_MS and not errors
+            best = n if ok else best
+            lease = f"{percentile(step.lease_wait_s, 95):.2f} s" if step.lease_wait_s else "—"
+            say(f"  N={n:>5}: appends {len(step.append_ms):>6} p95 {_ms(step.append_ms):>9}, trigger→decision p95 "
+                f"{_ms(step.trigger_ms):>9}, lease wait p95 {lease}, errors {errors} {step.errors or ''}, "
+                f"web {web_cores:.2f} cores, db {db_cores:.2f} cores")
+            report.add(Row(f"fleet N={n}: append p95", _ms(step.append_ms), target=f"≤ {APPEND_P95_TARGET_MS:.0f} ms",
+                           verdict=verdict(ok)))
+            report.figures[n] = {"append_p95_ms": p95, "trigger_p95_ms": percentile(step.trigger_ms, 95) if step.trigger_ms else None,
+                                 "errors": errors, "web_cores": web_cores, "db_cores": db_cores}
+            if not ok and errors:
+                break
+    report.add(Row("fleet capacity (append p95 ≤ 50 ms, no error)", f"{best} agents", target="≥ 500 (aim 1,000)",
+                   verdict=verdict(best >= 500)))
+    report.figures["capacity"] = best
+    say("")
+    for line in report.table():
+        say(line)
+    return report
+
+
+def _web_pid(base: str) -> int:
+    """The granian process listening on ``base``'s port (the bench started it; found by its command line)."""
+    port = str(urlsplit(base).port)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    parts = cmdline.read().split(b"\0")
+            except OSError:
+                continue
+            if b"granian" in b" ".join(parts) and port.encode() in parts:
+                return int(entry)
+    raise BenchError(f"no granian process found serving port {port}")
+
+
+# ---------------------------------------------------------------------------------------------
+# long-polls that starve nobody (SPEC §11.3)
+
+
+async def _sequential(base: str, token: str, run_id: str, calls: int) -> tuple[list[float], list[float]]:
+    http = Http(base, token)
+    health, appends = [], []
+    try:
+        for _ in range(calls):
+            began = time.monotonic()
+            status, _ = await http.call("GET", "/healthz")
+            health.append((time.monotonic() - began) * 1000)
+            if status not in (200, 503):
+                raise BenchError(f"/healthz answered {status}")
+            began = time.monotonic()
+            status, body = await http.call("POST", f"/api/v1/runs/{run_id}/events/", {
+                "client_event_id": uuid.uuid4().hex, "stage": FLEET_STAGES[0], "kind": "proposed",
+                "data": {"proposal": "try again"}})
+            appends.append((time.monotonic() - began) * 1000)
+            if status != 201:
+                raise BenchError(f"an append answered {status}: {body}")
+    finally:
+        await http.close()
+    return health, appends
+
+
+async def _waiter(base: str, token: str, wait: float, slug: str) -> tuple[int, float]:
+    http = Http(base, token)
+    try:
+        began = time.monotonic()
+        status, _ = await http.call("POST", "/api/v1/runs/lease/", {"workflows": [slug], "wait_seconds": wait})
+        return status, time.monotonic() - began
+    finally:
+        await http.close()
+
+
+async def _longpoll(base: str, token: str, owner: str, run_id: str, waiters: int, calls: int, wait: float):
+    await _sequential(base, token, run_id, 30)  # warm-up: the workers' first requests import and connect
+    quiet = await _sequential(base, token, run_id, calls)
+    slug = f"{FLEET_WORKFLOW}-idle"
+    started = [asyncio.create_task(_waiter(base, token, wait, slug)) for _ in range(waiters)]
+    await asyncio.sleep(2.0)
+    loaded = await _sequential(base, token, run_id, calls)
+    # a run queued now is leased by one of them within a second
+    queued_at = time.monotonic()
+    http = Http(base, owner)
+    status, _ = await http.call("POST", "/api/v1/runs/", {"workflow": slug, "intent": uuid.uuid4().hex, "inputs": {}})
+    await http.close()
+    if status != 201:
+        raise BenchError(f"queueing a run answered {status}")
+    done, _ = await asyncio.wait(started, return_when=asyncio.FIRST_COMPLETED)
+    leased_after = time.monotonic() - queued_at
+    results = [task.result() for task in done] + [await task for task in started if task not in done]
+    return quiet, loaded, leased_after, results
+
+
+def run_longpoll(*, out, db_name: str, waiters: int = 200, calls: int = 500, wait: float = 30.0) -> Report:
+    from ledger import services
+
+    say, report = Out(out), Report()
+    tokens, owner, agent = _setup(1)
+    Workflow.objects.get_or_create(slug=f"{FLEET_WORKFLOW}-idle", defaults={
+        "title": "Bench idle", "stages": FLEET_STAGES, "effect_stages": [], "approval_stages": []})
+    run, _ = services.run_trigger(workflow_slug=FLEET_WORKFLOW, inputs={}, intent=uuid.uuid4().hex, trigger="api",
+                                  trigger_key=None, env_fingerprint="", actor=agent)
+    services.event_append(run_id=run.id, body=_event(FLEET_STAGES[0], "started", None), actor=agent)
+    say(f"bench longpoll: {calls} /healthz + {calls} appends, sequential, alone and beside {waiters} leases "
+        f"waiting {wait:.0f} s; load {loadavg()}")
+    with web_server(db_name, say, "granian") as base:
+        quiet, loaded, leased_after, results = asyncio.run(
+            _longpoll(base, tokens[0], owner, str(run.id), waiters, calls, wait))
+    for name, alone, beside in (("/healthz", quiet[0], loaded[0]), ("append", quiet[1], loaded[1])):
+        base95, p95 = percentile(alone, 95), percentile(beside, 95)
+        r = ratio(p95, base95)
+        report.add(Row(f"{name} p95 beside {waiters} waiting leases", f"{p95:.2f} ms", f"{base95:.2f} ms alone",
+                       f"{r:.2f}x", f"≤ {LONGPOLL_RATIO_TARGET:.0f}x", verdict(r <= LONGPOLL_RATIO_TARGET)))
+        report.figures[name] = r
+    late = max(took - wait for status, took in results if status == 204)
+    leased = sum(status == 200 for status, _ in results)
+    report.add(Row("waiters answered (204) after wait_seconds +", f"{late:.2f} s", target="≤ 1 s", verdict=verdict(late <= 1)))
+    report.add(Row("newly queued run leased after", f"{leased_after:.2f} s", target="≤ 1 s",
+                   verdict=verdict(leased_after <= 1 and leased == 1)))
+    report.figures.update(late=late, leased_after=leased_after, leased=leased)
+    say("")
+    for line in report.table():
+        say(line)
+    return report

@@ -1,0 +1,25 @@
+"""Smoke tests of ``manage.py bench longpoll`` and ``bench fleet`` at a tiny size: the figures print,
+each from real HTTP against granian, and the scratch database is dropped."""
+
+import re
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_bench_longpoll_prints_the_ratios_beside_waiting_leases(bench_command):
+    stdout = bench_command("longpoll", "--waiters", "10", "--calls", "20", timeout=200)
+    for name in ("/healthz", "append"):
+        row = re.search(rf"{name} p95 beside 10 waiting leases\s*\| ([\d.]+) ms\s*\| ([\d.]+) ms alone\s*\| ([\d.]+)x",
+                        stdout)
+        assert row and all(float(x) > 0 for x in row.groups()), stdout
+    assert re.search(r"newly queued run leased after\s*\| [\d.]+ s", stdout), stdout
+
+
+def test_bench_fleet_steps_agents_and_prints_the_capacity(bench_command):
+    stdout = bench_command("fleet", "--steps", "4,8", "--step-seconds", "4", timeout=200)
+    steps = re.findall(r"N=\s*(\d+): appends\s+(\d+) p95\s+([\d.]+) ms.*errors (\d+)", stdout)
+    assert [n for n, *_ in steps] == ["4", "8"], stdout
+    assert all(int(appends) > 0 and float(p95) > 0 and errors == "0" for _, appends, p95, errors in steps), stdout
+    assert re.search(r"fleet capacity \(append p95 ≤ 50 ms, no error\)\s*\| \d+ agents", stdout), stdout
