@@ -34,6 +34,10 @@ class EventKind(TextChoices):
     LEASED = "leased"
     ROLLED_BACK = "rolled_back"
     GOAL_CHANGED = "goal_changed"
+    RELEASED = "released"
+    ESCALATION_RAISED = "escalation_raised"
+    ESCALATION_CLOSED = "escalation_closed"
+    APPROVAL_VOIDED = "approval_voided"
 
 
 STAGE_OUTCOME_KINDS = frozenset({"started", "proposed", "succeeded", "failed", "skipped", "verified", "unknown"})
@@ -69,9 +73,21 @@ KINDS: dict[str, Kind] = {
     K.RETRIED: Kind(False, ("retried",), "on-call retried an escalated run"),
     K.ABANDONED: Kind(False, ("abandoned",), "on-call abandoned a run"),
     K.EXPIRED: Kind(False, ("expired",), "a request's deadline passed"),
-    K.LEASED: Kind(False, (), "an agent leased the queued run"),
+    K.LEASED: Kind(False, (), "the run's lease went to data.owner (an agent: its lease call, trigger or goal post; "
+                              "the executor; the agent again) under data.lease_id"),
+    K.RELEASED: Kind(False, (), "nobody holds the run's lease any more: it is queued for any agent"),
     K.ROLLED_BACK: Kind(False, ("rolled_back",), "the run was rolled back to a stage"),
     K.GOAL_CHANGED: Kind(False, ("goal_changed",), "the intent's goal changed"),
+    K.ESCALATION_RAISED: Kind(False, (), "a request for on-call was opened (data.approval, status pending)"),
+    K.ESCALATION_CLOSED: Kind(False, (), "on-call's retry, compensation, rollback or abandon closed the request"),
+    K.APPROVAL_VOIDED: Kind(False, (), "an open request or unspent permit no longer covers anything (a goal "
+                                       "change, a rollback, an abandon): expired"),
+}
+
+# The kinds that set an approval's status, naming it in data.approval: the status each sets (None: data.status).
+APPROVAL_STATUS_KINDS: dict[str, str | None] = {
+    K.APPROVAL_REQUESTED: "pending", K.ESCALATION_RAISED: "pending", K.APPROVED: "approved", K.REJECTED: "rejected",
+    K.EXPIRED: "expired", K.APPROVAL_VOIDED: "expired", K.ESCALATION_CLOSED: None,
 }
 
 AGENT_KINDS = frozenset(kind for kind, spec in KINDS.items() if spec.agent_postable)

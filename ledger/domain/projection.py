@@ -1,10 +1,12 @@
-"""Effects are a projection of the ledger: rebuildable from ledger events alone."""
+"""Effects, and what the ledger determines of a run, are projections of the ledger: rebuildable from its
+events alone."""
 
 from __future__ import annotations
 
 from typing import Iterable
 
 from ledger.domain.effects import effect_next
+from ledger.domain.machine import TERMINAL_STATES
 
 COMPARED_FIELDS = ("stage", "run", "status", "system", "operation", "reference", "attempts")
 
@@ -52,3 +54,44 @@ def effects_replay(events: Iterable, runs: dict, effect_stages: dict) -> dict[st
     for effect in effects.values():
         effect.pop("scope", None)
     return effects
+
+
+# ---------------------------------------------------------------- the lease and the run, from the events
+
+NO_LEASE = ("", None, None)  # (owner, holder user id, lease id): nobody holds the run
+_LEASE_ENDING_STATES = TERMINAL_STATES | {"escalated"}  # a transition there lets go of the lease
+
+
+def lease_next(lease: tuple, kind: str, data) -> tuple:
+    """The lease (owner, holder, lease id as text) after one event. Only three things move it: a transition
+    into a terminal or escalated state (nobody holds it), ``leased`` (its data names who does) and
+    ``released`` (nobody does). The run writer records every other change as one of the last two
+    (``RunWriter.flush``), so this is the whole rule."""
+    data = data if isinstance(data, dict) else {}
+    if kind == "transition" and data.get("to") in _LEASE_ENDING_STATES or kind == "released":
+        return NO_LEASE
+    if kind == "leased":
+        lease_id = data.get("lease_id")
+        return (data.get("owner", ""), data.get("holder"), str(lease_id) if lease_id else None)
+    return lease
+
+
+def run_replay(events: Iterable) -> dict:
+    """What a run's events (in seq order) determine of its row: state, ended_reason, event_count,
+    last_hash, the lease (lease_owner, lease_holder_id, lease_id) and the goal version it moved to
+    (``goal_moved_to``: the last ``goal_changed``'s ``to``; absent when it never moved)."""
+    state, ended, count, last_hash, lease = "captured", "", 0, None, NO_LEASE
+    found: dict = {}
+    for event in events:
+        data = event.data if isinstance(event.data, dict) else {}
+        count, last_hash = count + 1, event.hash
+        if event.kind == "transition":
+            state = data.get("to", state)
+            if state in TERMINAL_STATES:
+                ended = event.reason_code
+        elif event.kind == "goal_changed":
+            found["goal_moved_to"] = data.get("to")
+        lease = lease_next(lease, event.kind, data)
+    owner, holder, lease_id = lease
+    return {"state": state, "ended_reason": ended if state in TERMINAL_STATES else "", "event_count": count,
+            "last_hash": last_hash, "lease_owner": owner, "lease_holder_id": holder, "lease_id": lease_id, **found}

@@ -17,6 +17,7 @@ undo_absent}.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -247,11 +248,13 @@ def _release(run: Run, state: dict, now: datetime) -> None:
     on) the run is the agent's again, under its lease, which restarts now; if the last event let go of it
     — the run finished, escalated, or was queued for any agent (a newer goal, SPEC §10.1; a rollback's
     compensation decided it again) — only the executor's bookkeeping is cleared."""
-    changes = {"executor_state": {}}
+    writer = RunWriter(run, EXECUTOR, now)
+    run.executor_state = {}
     if run.lease_owner == EXECUTOR:
-        changes.update(lease_owner=state.get("agent", ""), lease_id=state.get("lease_id"),
-                       lease_expires_at=now + timedelta(seconds=run.workflow.lease_seconds))
-    Run.objects.filter(id=run.id).update(**changes)
+        lease_id = state.get("lease_id")
+        run.lease_owner, run.lease_id = state.get("agent", ""), uuid.UUID(lease_id) if lease_id else None
+        run.lease_expires_at = now + timedelta(seconds=run.workflow.lease_seconds)
+    writer.flush()  # (the writer records the lease going back to the agent)
 
 
 def executor_run(*, run_id, stage: str) -> str:

@@ -15,7 +15,7 @@ from ledger import selectors
 from ledger.domain import effects
 from ledger.domain.machine import GOAL_CHANGE_STATES
 from ledger.models import HOLDING_STATES, Approval, EventKind, Goal, Run, Workflow
-from ledger.services.escalations import escalation_raise
+from ledger.services.escalations import approvals_void, escalation_raise
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
 from ledger.services.versions import goal_latest_version
 from ledger.services.writer import RunWriter, agent_holder, held_by_agent, input_fingerprint, intent_lock
@@ -45,14 +45,15 @@ def owes_the_world(run: Run) -> bool:
     return selectors.effects_of_intent(run=run).filter(status__in=effects.UNVERIFIED).exists()
 
 
-def goal_adopt(run: Run, version: int | None, *, now) -> None:
+def goal_adopt(writer: RunWriter, version: int | None) -> None:
     """The run works under ``version`` from now on: new fingerprint; its pending requests are void
-    (the inputs they were asked for changed)."""
+    (the inputs they were asked for changed), each with its ``approval_voided`` event."""
+    run = writer.run
+    approvals_void(writer, Approval.objects.filter(run=run, status="pending").exclude(kind=Approval.Kind.ESCALATION),
+                   reason="goal_changed")
     run.goal_version, run.goal_outdated = version, False
     run.input_fingerprint = input_fingerprint(workflow_slug=run.workflow.slug, intent=run.intent, inputs=run.inputs,
                                               policy_version=run.policy_version, goal_version=version)
-    Approval.objects.filter(run=run, status="pending").exclude(kind=Approval.Kind.ESCALATION).update(
-        status="expired", decided_at=now, reason="goal_changed")
 
 
 def goal_latest_adopt(writer: RunWriter) -> str:
@@ -63,7 +64,7 @@ def goal_latest_adopt(writer: RunWriter) -> str:
     if latest == run.goal_version:
         return ""
     writer.emit(EventKind.GOAL_CHANGED, run.current_stage, data={"from": run.goal_version, "to": latest})
-    goal_adopt(run, latest, now=writer.now)
+    goal_adopt(writer, latest)
     return "goal_changed"
 
 
@@ -86,7 +87,7 @@ def goal_move(writer: RunWriter, *, to_version: int) -> None:
     writer.emit(EventKind.GOAL_CHANGED, run.current_stage, data={"from": run.goal_version, "to": to_version})
     writer.transition("restore", "goal_changed", cause="goal_changed")
     writer.lease_clear()  # its agent (or the executor, before it started) holds it no more
-    goal_adopt(run, to_version, now=writer.now)
+    goal_adopt(writer, to_version)
     decide_again(writer, reopened="goal_changed", others=[])
 
 

@@ -7,7 +7,7 @@ import time
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ledger.models import HOLDING_STATES, EventKind, Run, Workflow
+from ledger.models import HOLDING_STATES, Run, Workflow
 from ledger.services.writer import RunWriter
 from stateboard.errors import Invalid
 
@@ -33,9 +33,7 @@ def run_lease_once(*, actor: str, workflows: list[str] | None = None) -> Run | N
             return None
         writer = RunWriter(run, actor, now)
         writer.lease_grant(actor)
-        writer.emit(EventKind.LEASED, run.current_stage,
-                    data={"lease_id": str(run.lease_id), "expires_at": run.lease_expires_at.isoformat()})
-        writer.flush()
+        writer.flush()  # (its `leased` event is the writer's record of the new lease)
     return run
 
 

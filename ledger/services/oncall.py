@@ -10,7 +10,7 @@ from django.utils import timezone
 from ledger import authorizers, selectors
 from ledger.domain import effects
 from ledger.models import HOLDING_STATES, Approval, EventKind, Run
-from ledger.services.escalations import escalation_close, escalation_raise
+from ledger.services.escalations import approvals_void, escalation_close, escalation_raise
 from ledger.services.goals import goal_latest_adopt
 from ledger.services.notifications import approval_notify
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather, workflow_active_require
@@ -38,6 +38,7 @@ def run_retry(*, run_id, user, reason: str = "") -> Run:
     writer = RunWriter(run, actor, now)
     writer.emit(EventKind.RETRIED, run.current_stage, reason_code="oncall_retry", data={"role": role, "reason": reason})
     run.retried_at = now
+    escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "retry", now=now, writer=writer)
     others = dead_leases_expire(workflow=workflow, intent=run.intent, now=now, exclude=run.id)
     writer.flush()  # the retried_at mark must be visible to the gathering below
     writer = RunWriter(run, actor, now)
@@ -47,7 +48,6 @@ def run_retry(*, run_id, user, reason: str = "") -> Run:
                                          others=others, now=now, reopened=reopened)
     decision = decision_apply(writer, inp, context, from_state="escalated")
     writer.flush()
-    escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "retry", now=now)
     if decision.outcome == "escalated":
         escalation_raise(run, now=now)
     return run
@@ -64,10 +64,10 @@ def run_abandon(*, run_id, user, reason: str) -> Run:
     now = timezone.now()
     writer = RunWriter(run, actor, now)
     writer.emit(EventKind.ABANDONED, run.current_stage, reason_code="oncall_abandon", data={"role": role, "reason": reason})
+    escalation_close(run, status="rejected", actor=actor, role=role, reason=reason, now=now, writer=writer)
+    approvals_void(writer, Approval.objects.filter(run=run, status="pending"), reason="abandoned")
     writer.transition("abandoned", "oncall_abandon", cause="abandoned", reason=reason)
     writer.flush()
-    escalation_close(run, status="rejected", actor=actor, role=role, reason=reason, now=now)
-    Approval.objects.filter(run=run, status="pending").update(status="expired", decided_at=now)
     return run
 
 
@@ -125,8 +125,9 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
             writer.emit(EventKind.APPROVAL_REQUESTED, run.current_stage,
                         data={"approval": str(approval.id), "kind": "compensation", "action": plan, "role": role})
             approval_notify(approval)  # editors, once per request
+    escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "compensate", now=now,
+                     writer=writer)
     writer.flush()
-    escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "compensate", now=now)
     if run.state == "escalated":
         escalation_raise(run, now=now)
     return run, approval

@@ -19,7 +19,7 @@ from ledger.domain import effects
 from ledger.domain.machine import ROLLBACK_STATES
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, LedgerEvent, Run
 from ledger.services.checkpoints import server_checkpoint
-from ledger.services.escalations import escalation_close, escalation_raise
+from ledger.services.escalations import approvals_void, escalation_close, escalation_raise
 from ledger.services.goals import decide_again, goal_latest_adopt, goal_move
 from ledger.services.oncall import compensation_plan
 from ledger.services.runs import dead_leases_expire, workflow_active_require
@@ -91,11 +91,11 @@ def run_rollback(*, run_id, user, to_stage, reason: str = "", compensate: bool =
     generations_bump(workflow_id=workflow.id, intent=run.intent, fingerprint=run.input_fingerprint,
                      stages=[s for s in later if s in workflow.effect_stages])
     # Permits (and open requests) for the rolled-back stages no longer cover anything.
-    Approval.objects.filter(run__workflow=workflow, run__intent=run.intent, stage__in=later,
-                            kind=Approval.Kind.HIGH_IMPACT, consumed_at__isnull=True,
-                            status__in=("approved", "pending")).update(status="expired", decided_at=now,
-                                                                       reason="rolled_back")
-    escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "rollback", now=now)
+    approvals_void(writer, Approval.objects.filter(run__workflow=workflow, run__intent=run.intent, stage__in=later,
+                                                   kind=Approval.Kind.HIGH_IMPACT, consumed_at__isnull=True,
+                                                   status__in=("approved", "pending")), reason="rolled_back")
+    escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "rollback", now=now,
+                     writer=writer)
     run.stage_states = {**{s: e for s, e in run.stage_states.items() if s not in later},
                         **{s: {"status": "pending"} for s in later}}
     run.current_stage, run.retried_at = to_stage, now  # counts as an on-call retry

@@ -15,6 +15,7 @@ from datetime import timezone as dt_timezone
 from django.core.exceptions import ValidationError as DjangoValidationError
 
 from ledger.domain import machine, recovery
+from ledger.domain.projection import lease_next
 from ledger.store import store
 from ledger.models import LEASED_STATES, TERMINAL_STATES, EventKind, LedgerEvent, Run, Workflow
 from stateboard.canonical import canonical_json, digest, sha256_hex
@@ -163,8 +164,26 @@ class RunWriter:
             run.lease_id = uuid.uuid4()
         run.lease_expires_at = self.now + timedelta(seconds=run.workflow.lease_seconds)
 
+    def lease_record(self) -> None:
+        """Every change of who holds the run is in the ledger (SPEC §11.2): when the lease the events
+        imply (``projection.lease_next``) is not the run's, a ``leased`` (or ``released``) event says
+        what it is now."""
+        run, implied = self.run, _lease_of(self.before)
+        for event in self.events:
+            implied = lease_next(implied, event.kind, event.data)
+        actual = _lease_of({name: getattr(run, name) for name in ("lease_owner", "lease_holder_id", "lease_id")})
+        if actual == implied:
+            return
+        if actual[0]:
+            expires = run.lease_expires_at.isoformat() if run.lease_expires_at else None
+            self.emit(EventKind.LEASED, run.current_stage, data={
+                "owner": actual[0], "holder": actual[1], "lease_id": actual[2], "expires_at": expires})
+        else:
+            self.emit(EventKind.RELEASED, run.current_stage, data={})
+
     def flush(self, *, insert: bool = False) -> None:
         """Write the collected events and row changes (``insert``: the run is new)."""
+        self.lease_record()
         self.run.updated_at = self.now
         if insert:
             store().run_insert(self.run, self.events, self.rows)
@@ -175,6 +194,11 @@ class RunWriter:
             store().queued_announce(self.run.workflow.slug)  # waiting leases wake at commit
         self.rows, self.events = [], []
         self.before = {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
+
+
+def _lease_of(fields: dict) -> tuple:
+    lease_id = fields["lease_id"]
+    return fields["lease_owner"], fields["lease_holder_id"], str(lease_id) if lease_id else None
 
 
 def workflow_spec(workflow: Workflow) -> recovery.WorkflowSpec:

@@ -104,7 +104,7 @@ def test_goal_change_between_stages_moves_the_run_at_once():
     assert moved["decision"]["resume_from"] == "build"  # the old goal's results are not taken for the new one
     changed = LedgerEvent.objects.get(run_id=run["id"], kind="goal_changed")
     assert changed.data == {"from": None, "to": 1}
-    assert _kinds(run["id"])[-4:] == ["transition", "transition", "decided", "transition"]
+    assert _kinds(run["id"])[-5:] == ["transition", "transition", "decided", "transition", "released"]
     assert team.agent.client.get(f"/api/v1/runs/{run['id']}/verify-chain/").json()["ok"] is True
     refused = team.agent.event(run["id"], "build", "started", expect=409)  # queued: the old lease is gone
     assert refused["code"] == "not_leased"

@@ -83,7 +83,10 @@ def test_escalated_run_retry_returns_to_recovery():
     retried = _events(run_id, kind="retried").get()
     assert retried.actor == f"user:{team.oncall.username}"
     assert retried.data == {"role": "oncall", "reason": "compiler fixed upstream"}
-    after = [(e.kind, e.data.get("to")) for e in _events(run_id, seq__gt=retried.seq)]
+    closed = _events(run_id, seq=retried.seq + 1).get()  # the escalation, closed by the retry
+    assert (closed.kind, closed.data["approval"], closed.data["status"]) == ("escalation_closed", str(escalation.id),
+                                                                           "approved")
+    after = [(e.kind, e.data.get("to")) for e in _events(run_id, seq__gt=closed.seq)]
     assert after[0] == ("transition", "restore") and ("decided", None) in after and after[-1] == ("transition", "fresh")
     escalation.refresh_from_db()
     assert escalation.status == "approved" and escalation.decided_by == f"user:{team.oncall.username}"
@@ -283,8 +286,9 @@ def test_compensate_without_reference_escalates():
     assert response.status_code == 200, response.content
     assert response.json()["state"] == "escalated" and response.json()["approval"] is None
     assert not Approval.objects.filter(run_id=run_id, kind="compensation").exists()
-    last = _events(run_id).last()
-    assert last.kind == "transition" and last.reason_code == "compensation_not_deterministic"
+    last = _events(run_id, kind="transition").last()
+    assert last.reason_code == "compensation_not_deterministic"
+    assert _events(run_id).last().kind == "escalation_raised"  # on-call must still see it
     assert Approval.objects.get(run_id=run_id, kind="escalation").status == "pending"
     assert Effect.objects.get(run_id=run_id).status == "effective"
 

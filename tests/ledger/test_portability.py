@@ -218,3 +218,20 @@ def test_commands_create_identities_and_print_the_token_last():
     assert client_for(token).get("/api/v1/approvals/").status_code == 200
     with pytest.raises(CommandError):
         call_command("create_agent", "bot2", owner="nobody", stdout=io.StringIO(), stderr=io.StringIO())
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("edit", [{"status": "approved", "decided_by": "user:nobody"}, {"status": "void"}])
+def test_an_escalation_edited_without_its_event_is_refused(tmp_path, edit):
+    """An escalation's status changes are ledger events (raised, closed): one edited in the file is refused."""
+    from ledger.models import Approval
+
+    wf = make_workflow(stages=["build", "push"], effect_stages=["push"], approval_stages=[], max_retries=1)
+    AgentDriver(client_for(make_agent()[1]), wf.slug).escalated_run()
+    assert Approval.objects.filter(kind="escalation", status="pending").exists()
+    lines = _lines(_export())[:-1]
+    next(line for line in lines if line["type"] == "approval" and line["kind"] == "escalation").update(edit)
+    _wipe()
+    with pytest.raises(CommandError, match="approval"):
+        _import(tmp_path, _signed(lines))
+    assert not Run.objects.exists()

@@ -177,7 +177,7 @@ def test_rollback_queues_the_run_decided_again_and_a_new_lease_fences_the_old_on
     assert other.lease()["id"] == run["id"]
     leased = Run.objects.get(id=run["id"])
     assert leased.queued_until is None and leased.lease_id is not None
-    assert LedgerEvent.objects.filter(run_id=run["id"], kind="leased").count() == 1
+    assert LedgerEvent.objects.filter(run_id=run["id"], kind="leased", seq__gt=queued.event_count).count() == 1
     assert team.agent.event(run["id"], "deploy", "started", expect=409)["code"] == "lease_held"
     started = other.event(run["id"], "deploy", "started", lease_id=str(leased.lease_id))
     assert started["kind"] == "started"

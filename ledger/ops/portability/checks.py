@@ -7,10 +7,10 @@ from collections import defaultdict
 
 from django.utils import timezone
 
-from ledger.domain.machine import TERMINAL_STATES
-from ledger.domain.projection import effects_replay
+from ledger.domain.kinds import APPROVAL_STATUS_KINDS
+from ledger.domain.projection import effects_replay, run_replay
 from ledger.ops.portability.rows import TYPES, ImportRefused, User
-from ledger.services.writer import GENESIS_HASH, event_compute_hash
+from ledger.services.writer import GENESIS_HASH, event_compute_hash, input_fingerprint
 
 
 def now():
@@ -31,10 +31,14 @@ def verify(rows: dict, *, identities: bool) -> None:
         events[event.run_id].append((number, event))
     for run_id, found in events.items():
         _chain(found)
+    goal_versions = defaultdict(list)
+    for _, goal, _ in rows.get("goal", []):
+        goal_versions[(goal.workflow_id, goal.intent)].append(goal.version)
     for run_id, (number, run) in runs.items():
         if run.workflow_id not in workflows:
             _refuse(number, "run", "workflow_id", run.workflow_id, "a workflow of the file")
-        _run_fields(number, run, [event for _, event in events.get(run_id, [])])
+        _run_fields(number, run, [event for _, event in events.get(run_id, [])], workflows[run.workflow_id],
+                    goal_versions[(run.workflow_id, run.intent)])
     _effects(rows, runs, workflows, events)
     _approvals(rows, events)
     _checkpoints(rows, runs, events)
@@ -53,16 +57,35 @@ def _chain(found: list) -> None:
         prev = event.hash
 
 
-def _run_fields(number: int, run, events: list) -> None:
+def _run_fields(number: int, run, events: list, workflow, goal_versions: list) -> None:
+    """The run's row as its events determine it (``projection.run_replay``), and its goal version: the last
+    ``goal_changed``'s, else the one whose fingerprint its first event carries."""
     events = sorted(events, key=lambda e: e.seq)
-    transitions = [e for e in events if e.kind == "transition"]
-    state = transitions[-1].data.get("to") if transitions else "captured"
-    ended = next((e.reason_code for e in reversed(transitions) if e.data.get("to") in TERMINAL_STATES), "")
-    determined = {"event_count": len(events), "last_hash": events[-1].hash if events else run.last_hash,
-                  "state": state, "ended_reason": ended if state in TERMINAL_STATES else run.ended_reason}
+    determined = run_replay(events)
+    if not events:
+        determined["last_hash"] = run.last_hash
+    moved_to = determined.pop("goal_moved_to", _UNMOVED)
+    first_fp = events[0].input_fingerprint if events else run.input_fingerprint
+    goal = moved_to if moved_to is not _UNMOVED else next(
+        (g for g in (run.goal_version, None, *goal_versions) if _fingerprint(run, workflow, g) == first_fp),
+        "none whose fingerprint its first event carries")
+    determined["goal_version"] = goal
+    if events:
+        determined["input_fingerprint"] = events[-1].input_fingerprint
     for field, expected in determined.items():
-        if getattr(run, field) != expected:
-            _refuse(number, "run", field, getattr(run, field), expected)
+        found = getattr(run, field)
+        if (str(found) if field == "lease_id" and found else found) != expected:
+            _refuse(number, "run", field, found, expected)
+    if not isinstance(goal, str) and _fingerprint(run, workflow, goal) != run.input_fingerprint:
+        _refuse(number, "run", "inputs", run.inputs, "the inputs of the fingerprint its events carry")
+
+
+_UNMOVED = object()
+
+
+def _fingerprint(run, workflow, goal_version) -> str:
+    return input_fingerprint(workflow_slug=workflow.slug, intent=run.intent, inputs=run.inputs,
+                             policy_version=run.policy_version, goal_version=goal_version)
 
 
 def _effects(rows: dict, runs: dict, workflows: dict, events: dict) -> None:
@@ -85,36 +108,38 @@ def _effects(rows: dict, runs: dict, workflows: dict, events: dict) -> None:
             _refuse(number, "effect", "idempotency_key", key, "no effect of this key in the ledger")
 
 
-DECISIONS = frozenset({"approved", "rejected"})  # event kinds that are also the approval's status
-
-
 def _approvals(rows: dict, events: dict) -> None:
-    """An approval approved or rejected by a person is so in the ledger (an event naming it, by the same
-    decider); a permit spent names the event that spent it."""
+    """Each approval is what the events naming it say (SPEC §11.2): asked for by one (a request or an
+    escalation raised), its status, decider and decision time those of the last that set its status
+    (``kinds.APPROVAL_STATUS_KINDS``), and a permit spent by the one event that spent it."""
     named = defaultdict(list)
     for found in events.values():
         for _, event in found:
-            approval = (event.data or {}).get("approval") if isinstance(event.data, dict) else None
+            approval = event.data.get("approval") if isinstance(event.data, dict) else None
             if approval:
                 named[str(approval)].append(event)
     for number, approval, _ in rows.get("approval", []):
-        if approval.kind == "escalation":
-            continue  # closed by on-call's retry, abandon or rollback events, which name the run
-        decisions = [e for e in named[str(approval.id)] if e.kind in DECISIONS]
-        if approval.status in DECISIONS:
-            last = decisions[-1] if decisions else None
-            expected = last.kind if last else "no decision in the ledger"
-            if approval.status != expected:
-                _refuse(number, "approval", "status", approval.status, expected)
-            if approval.decided_by != last.actor:
-                _refuse(number, "approval", "decided_by", approval.decided_by, last.actor)
-        elif approval.status == "pending" and decisions:
-            _refuse(number, "approval", "status", approval.status, decisions[-1].kind)
-        if approval.consumed_seq is not None:
-            spent = [e for e in named[str(approval.id)] if e.seq == approval.consumed_seq
-                     and e.kind in ("started", "compensated")]
-            if not spent:
-                _refuse(number, "approval", "consumed_seq", approval.consumed_seq, "no event spent it")
+        found = sorted(named[str(approval.id)], key=lambda e: (e.at, e.seq))
+        changes = [e for e in found if e.kind in APPROVAL_STATUS_KINDS]
+        if not changes or changes[0].data.get("status", APPROVAL_STATUS_KINDS[changes[0].kind]) != "pending":
+            _refuse(number, "approval", "id", str(approval.id), "no request or escalation of this id in the ledger")
+        asked = changes[0]
+        if (asked.data.get("kind"), asked.run_id) != (approval.kind, approval.run_id):
+            _refuse(number, "approval", "kind, run_id", [approval.kind, str(approval.run_id)],
+                    [asked.data.get("kind"), str(asked.run_id)])
+        last = changes[-1]
+        status = APPROVAL_STATUS_KINDS[last.kind] or last.data.get("status")
+        decider = last.data.get("decided_by", last.actor if last.kind in ("approved", "rejected") else "")
+        determined = {"status": status, "decided_by": decider,
+                      "decided_at": None if status == "pending" else last.at}
+        spent = [e for e in found if e.kind in SPENDING_KINDS]
+        determined.update(consumed_seq=spent[-1].seq if spent else None, consumed_at=spent[-1].at if spent else None)
+        for field, expected in determined.items():
+            if getattr(approval, field) != expected:
+                _refuse(number, "approval", field, getattr(approval, field), expected)
+
+
+SPENDING_KINDS = ("started", "compensated")  # the events that spend the permit they name
 
 
 def _checkpoints(rows: dict, runs: dict, events: dict) -> None:
