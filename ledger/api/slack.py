@@ -48,6 +48,8 @@ class SlackSignatureAuthentication(authentication.BaseAuthentication):
     mapped to the payload's Slack user (anonymous when none is: the decision is then refused)."""
 
     def authenticate(self, request):
+        if "HTTP_X_SLACK_SIGNATURE" not in request.META:
+            return None  # no credentials: anonymous, counted by the rate limit like any caller, then refused
         secret = settings.STATEBOARD_SLACK_SIGNING_SECRET
         if not secret:
             raise exceptions.AuthenticationFailed("Slack actions are off (STATEBOARD_SLACK_SIGNING_SECRET is unset).")
@@ -89,7 +91,9 @@ class SlackActionsApi(PolicyApi):
     parser_classes = [FormParser]
 
     def post(self, request):
-        call: SlackCall = request.auth
+        call = request.auth
+        if not isinstance(call, SlackCall):
+            raise exceptions.NotAuthenticated("Slack's request signature (X-Slack-Signature) is required.")
         slack.slack_replay_guard(signature=call.signature)
         action = slack.slack_action_parse(call.payload)
         if action is not None:
