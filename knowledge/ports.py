@@ -2,7 +2,7 @@
 
 Knowledge imports nothing from ``ledger``. The few ledger facts and services it needs (is a ledger
 event a ``verified`` one, the oldest knowledge boundary a live checkpoint can restore, sending
-notifications, recording an audit entry) come through these functions. Until something wires an
+notifications and chat messages, recording an audit entry) come through these functions. Until something wires an
 implementation (``ledger.apps.LedgerConfig.ready`` does, with ``wire``) each raises ``PortNotWired``.
 """
 
@@ -26,7 +26,8 @@ class Notice(NamedTuple):
     dedupe_key: str
 
 
-NAMES = ("event_is_verified", "oldest_live_version_boundary", "notifications_send_many", "audit_record")
+NAMES = ("event_is_verified", "oldest_live_version_boundary", "notifications_send_many", "audit_record",
+         "chat_claims_stale")
 _impl: dict[str, Callable] = {}
 
 
@@ -59,6 +60,11 @@ def oldest_live_version_boundary(*, now: datetime) -> int | None:
 def notifications_send_many(notices: Iterable[Notice], *, now: datetime | None = None) -> list[int]:
     """Send the notices, skipping ones already sent (per user and dedupe key); the new rows' ids."""
     return _get("notifications_send_many")(notices, now=now)
+
+
+def chat_claims_stale(*, claim_ids: list[int]) -> int:
+    """Post the team's chat message for each of these stale claim versions, once each (SPEC §12.3)."""
+    return _get("chat_claims_stale")(claim_ids=claim_ids)
 
 
 def audit_record(*, user, action: str, outcome: str, target: str = "", code: str = "", reason: str = "",

@@ -21,7 +21,7 @@ class LedgerConfig(AppConfig):
         """The ledger's side of ``knowledge.ports``: knowledge imports nothing from the ledger."""
         from knowledge import ports  # (b) called from ready(): no models while apps.py loads
         from ledger import selectors, services  # (b)
-        from ledger.services import notifications  # (b)
+        from ledger.services import chat, notifications  # (b)
 
         def notifications_send_many(notices, *, now=None):
             return notifications.notifications_send_many([notifications.Item(*n) for n in notices], now=now)
@@ -29,4 +29,5 @@ class LedgerConfig(AppConfig):
         ports.wire(event_is_verified=selectors.event_is_verified,
                    oldest_live_version_boundary=selectors.oldest_live_version_boundary,
                    notifications_send_many=notifications_send_many,
-                   audit_record=services.audit_record)
+                   audit_record=services.audit_record,
+                   chat_claims_stale=chat.chat_claims_stale_post)

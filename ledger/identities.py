@@ -5,7 +5,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 from ledger.auth import token_issue
-from ledger.models import Agent
+from ledger.models import Agent, SlackIdentity
 from stateboard.roles import AGENT, HUMAN_ROLES
 
 
@@ -24,8 +24,10 @@ def agent_create(*, name: str, owner=None) -> tuple[Agent, str]:
 
 
 @transaction.atomic
-def operator_create(*, name: str, role: str, password: str | None = None, with_token: bool = False):
-    """A human user in one role; returns (user, token or None). An existing user gains the role."""
+def operator_create(*, name: str, role: str, password: str | None = None, with_token: bool = False,
+                    slack_id: str | None = None):
+    """A human user in one role; returns (user, token or None). An existing user gains the role, and
+    with ``slack_id`` (``TEAM:USER``) decides from Slack's buttons as that Slack user."""
     if role not in HUMAN_ROLES:
         raise ValueError(f"Unknown role {role!r}; choose one of {', '.join(HUMAN_ROLES)}.")
     User = get_user_model()
@@ -37,4 +39,18 @@ def operator_create(*, name: str, role: str, password: str | None = None, with_t
         user.set_unusable_password()
         user.save(update_fields=["password"])
     user.groups.add(Group.objects.get_or_create(name=role)[0])
+    if slack_id:
+        slack_identity_set(user=user, slack_id=slack_id)
     return user, (token_issue(user=user) if with_token else None)
+
+
+def slack_identity_set(*, user, slack_id: str) -> SlackIdentity:
+    """Map the Slack user ``TEAM:USER`` (team id, user id) to ``user``; one Slack user is one operator."""
+    team_id, _, slack_user_id = slack_id.strip().partition(":")
+    if not team_id or not slack_user_id or ":" in slack_user_id:
+        raise ValueError(f"--slack-id is TEAM:USER (Slack's team id and user id, e.g. T0123:U0456), not {slack_id!r}.")
+    identity, _ = SlackIdentity.objects.get_or_create(team_id=team_id, slack_user_id=slack_user_id,
+                                                      defaults={"user": user})
+    if identity.user_id != user.pk:
+        raise ValueError(f"Slack user {slack_id} is already mapped to {identity.user.get_username()!r}.")
+    return identity

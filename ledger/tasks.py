@@ -14,8 +14,11 @@ def runs_expire_leases() -> int:
 
 @shared_task(acks_late=True)
 def approvals_expire() -> int:
-    """Expire undecided approval requests past their deadline into escalations."""
-    return services.approvals_expire(now=timezone.now())
+    """Expire undecided approval requests past their deadline into escalations; forget Slack request
+    signatures past the replay window."""
+    now = timezone.now()
+    services.slack_signatures_prune(now=now)
+    return services.approvals_expire(now=now)
 
 
 @shared_task(acks_late=True)
@@ -51,3 +54,9 @@ def executor_sweep() -> int:
 def outbox_relay() -> int:
     """Send outbox rows the on-commit relay could not (the broker was down)."""
     return services.outbox_relay()
+
+
+@shared_task(acks_late=True)
+def chat_deliver(body: dict, response_url: str = "") -> str:
+    """POST one chat message; run by the outbox relay, which keeps the row when it raises."""
+    return services.chat_deliver(body=body, response_url=response_url)

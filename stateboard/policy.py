@@ -48,7 +48,8 @@ class Policy:
     every agent) of the workflows the request acts on. ``rate``: the ``API_RATE_LIMITS`` class that
     counts it ("identity": agent/human/anon by who calls; None: exempt). ``audit``: the action name a
     refusal is recorded under (None: not audited); ``audit_all``: conflicts and validation errors too,
-    not only refusals of who may act."""
+    not only refusals of who may act. ``authentication``: the authenticator classes that say who calls
+    (a request signature instead of a token: the Slack callback); None: the API's tokens and sessions."""
 
     roles: frozenset[str] | str
     authorizer: Callable | None = None
@@ -58,6 +59,7 @@ class Policy:
     rate: str | None = "identity"
     audit: str | None = None
     audit_all: bool = False
+    authentication: tuple[type, ...] | None = None
 
 
 def policy_of(view, method: str) -> Policy | None:
@@ -177,6 +179,13 @@ class PolicyApi(APIView):
     policy: dict[str, Policy] = {}
     permission_classes: list = []  # the policy is the permission
     throttle_classes: list = []  # the policy names the rate
+
+    def get_authenticators(self):
+        """The policy's authenticators when it names some, else the API's (``REST_FRAMEWORK``)."""
+        policy = policy_of(self, self.request.method) if getattr(self, "request", None) is not None else None
+        if policy is not None and policy.authentication is not None:
+            return [authenticator() for authenticator in policy.authentication]
+        return super().get_authenticators()
 
     def initial(self, request, *args, **kwargs):
         """DRF's ``initial`` with the checks in the contract's order: authentication, rate, role,

@@ -239,6 +239,13 @@ EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND") or "django.core.mail.backends.sm
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "stateboard@localhost")
 NOTIFICATIONS_EMAIL = bool(os.environ.get("EMAIL_HOST") or os.environ.get("EMAIL_BACKEND"))
 
+# Chat (SPEC §12.3): pending approvals, escalations and stale claims also go to a Slack-compatible incoming
+# webhook (from the outbox); with a signing secret, their buttons call back /integrations/slack/actions/.
+STATEBOARD_CHAT_WEBHOOK_URL = os.environ.get("STATEBOARD_CHAT_WEBHOOK_URL", "")
+STATEBOARD_SLACK_SIGNING_SECRET = os.environ.get("STATEBOARD_SLACK_SIGNING_SECRET", "")
+# Where people reach the pages: links in chat messages are built on it.
+STATEBOARD_PUBLIC_URL = os.environ.get("STATEBOARD_PUBLIC_URL", "http://127.0.0.1:8000")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -20,6 +20,7 @@ api_v1 = [
 urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("healthz", views.healthz, name="healthz"),
+    path("integrations/slack/", include("ledger.api.slack")),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

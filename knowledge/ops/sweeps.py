@@ -92,17 +92,19 @@ def _stale_batch(now: datetime, size: int) -> dict:
         return {"rows": 0}
     currents = Claim.objects.only("id", "version", "status", "refresh_after").in_bulk(
         [h.current_id for h in heads if h.current_id is not None])
-    items, cache = [], {}
+    items, cache, stale = [], {}, []
     for head in heads:
         claim = currents.get(head.current_id)
         if claim is None or claim.status != ClaimStatus.ACTIVE:
             continue
+        stale.append(claim.id)
         subject = (f"Claim {head.key} (version {claim.version}) is stale: refresh_after "
                    f"{claim.refresh_after:%Y-%m-%d %H:%M} UTC passed. Refresh, invalidate or revoke it.")
         url = reverse("knowledge:claim_history", args=[head.key])
         for user_id in _owner_ids(head.owner_id, cache):
             items.append(ports.Notice(user_id, "stale_claim", subject, url, f"stale:{head.key}:{claim.version}"))
     created = ports.notifications_send_many(items, now=now)
+    ports.chat_claims_stale(claim_ids=stale)
     ClaimHead.objects.filter(id__in=[h.id for h in heads]).update(refresh_due_at=None)
     return {"rows": len(heads), "marked": len(heads), "notified": len(created)}
 

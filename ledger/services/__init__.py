@@ -1,8 +1,8 @@
 """Every write to the ledger, one module per family of verbs (lower modules never import higher ones):
 
-notifications, outbox < writer (fingerprints, hash chain, run lock, RunWriter) < versions (goal versions,
+outbox < chat < notifications < writer (fingerprints, hash chain, run lock, RunWriter) < versions (goal versions,
 stage generations) < audit < escalations < checkpoints < runs < goals < leases < oncall < approvals < rollback
-< handoff < events < batches < executor < workflows < apply (workflows as code).
+< handoff, slack < events < batches < executor < workflows < apply (workflows as code).
 """
 
 from ledger.services.apply import file_form, file_parse, outcome_lines, workflows_apply
@@ -10,6 +10,7 @@ from ledger.services.approvals import (action_validate, approval_decide, approva
                                        permit_find, permit_spend)
 from ledger.services.audit import audit_record
 from ledger.services.batches import events_append
+from ledger.services.chat import chat_deliver
 from ledger.services.checkpoints import (CHECKPOINT_FIELDS, CHECKPOINT_MAX_BYTES, SUMMARY_MAX_CHARS, checkpoint_save,
                                          checkpoint_validate, checkpoints_prune)
 from ledger.services.escalations import escalation_raise
@@ -21,6 +22,7 @@ from ledger.services.notifications import approval_notify, notification_read, no
 from ledger.services.oncall import compensation_plan, run_abandon, run_compensate, run_retry
 from ledger.services.outbox import outbox_put, outbox_relay
 from ledger.services.rollback import rollback_preview, run_rollback
+from ledger.services.slack import slack_signatures_prune
 from ledger.services.runs import holding_runs, recovery_input_gather, run_trigger, runs_expire_leases, schedule_tick
 from ledger.services.workflows import workflow_create, workflow_update, workflow_validate
 from ledger.services.writer import (GENESIS_HASH, RunWriter, chain_verify, effect_key_default, event_compute_hash,
@@ -30,6 +32,7 @@ from stateboard.moments import parse_moment
 __all__ = [
     "CHECKPOINT_FIELDS", "CHECKPOINT_MAX_BYTES", "GENESIS_HASH", "SUMMARY_MAX_CHARS", "RunWriter",
     "action_validate", "approval_decide", "approval_request", "approvals_expire", "audit_record", "chain_verify",
+    "chat_deliver", "slack_signatures_prune",
     "checkpoint_save", "checkpoint_validate", "checkpoints_prune", "compensation_plan", "effect_key_default",
     "escalation_raise", "event_append", "events_append", "event_compute_hash", "event_hash_fields", "goal_create",
     "goals_of", "input_fingerprint", "rollback_preview", "run_rollback",

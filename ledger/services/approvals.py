@@ -134,16 +134,17 @@ def permit_spend(permit: Approval, event: LedgerEvent) -> None:
     permit.save(update_fields=["consumed_at", "consumed_seq"])
 
 
-def _decide_escalation(approval: Approval, *, approve: bool, user, reason: str) -> None:
+def _decide_escalation(approval: Approval, *, approve: bool, user, reason: str, via: str = "") -> None:
     if approve:
-        run_retry(run_id=approval.run_id, user=user, reason=reason or "approved escalation")
+        run_retry(run_id=approval.run_id, user=user, reason=reason or "approved escalation", via=via)
     else:
-        run_abandon(run_id=approval.run_id, user=user, reason=reason)
+        run_abandon(run_id=approval.run_id, user=user, reason=reason, via=via)
 
 
 @transaction.atomic
-def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Approval:
-    """Approve or reject once. Repeating the same decision changes nothing; a conflicting one is 409."""
+def approval_decide(*, approval_id, user, approve: bool, reason: str = "", via: str = "") -> Approval:
+    """Approve or reject once. Repeating the same decision changes nothing; a conflicting one is 409.
+    ``via`` names where the person decided when it was not the dashboard or the API (``slack``)."""
     try:
         run_id = Approval.objects.values_list("run_id", flat=True).get(id=approval_id)
     except (Approval.DoesNotExist, ValueError, TypeError, DjangoValidationError):
@@ -164,7 +165,7 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Ap
     if approval.status == "pending" and now > approval.deadline:
         raise Conflict("approval_expired", "The decision deadline has passed; the request expired.")
     if approval.kind == Approval.Kind.ESCALATION:
-        _decide_escalation(approval, approve=approve, user=user, reason=reason)
+        _decide_escalation(approval, approve=approve, user=user, reason=reason, via=via)
         approval.refresh_from_db()
         return approval
     approval.status, approval.decided_by, approval.decided_role = wanted, actor, role
@@ -172,7 +173,8 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "") -> Ap
     approval.save(update_fields=["status", "decided_by", "decided_role", "reason", "decided_at"])
     writer = RunWriter(run, actor, now)
     writer.emit(EventKind.APPROVED if approve else EventKind.REJECTED, approval.stage, reason_code=verb,
-                data={"approval": str(approval.id), "kind": approval.kind, "role": role, "reason": reason})
+                data={"approval": str(approval.id), "kind": approval.kind, "role": role, "reason": reason,
+                      **({"via": via} if via else {})})
     executor_stage = run.lease_owner == EXECUTOR and (run.executor_state or {}).get("stage") == approval.stage
     if approve and run.state == "awaiting_approval" and executor_stage:
         # The executor performs the approved action: its task is sent once this commits (SPEC §5.2).

@@ -1,5 +1,6 @@
 """Notifications (SPEC §5.3): rows a user reads on the pages and through the API, and e-mail
-when Django's mail settings are configured. Below every other service module: it imports none.
+when Django's mail settings are configured, and a chat message for a pending request (``chat``).
+Below every other service module: it imports only ``chat`` (which imports only the outbox).
 
 A notification is identified per user by its ``dedupe_key`` (``stale:<key>:<version>``,
 ``approval:<id>``, ``escalation:<id>``): inserting it is ``ON CONFLICT DO NOTHING``, so a
@@ -22,6 +23,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger.models import Notification
+from ledger.services.chat import chat_approval_post
 from stateboard.errors import NotFound
 from stateboard.roles import EDITOR, ONCALL, users_in_role
 
@@ -107,7 +109,9 @@ def notification_read(*, notification_id, user) -> Notification:
 
 def approval_notify(approval) -> list[int]:
     """A new request waits for people: editors decide high-impact and compensation requests
-    (the requester excepted: they cannot decide it), on-call decides escalations. Once per request."""
+    (the requester excepted: they cannot decide it), on-call decides escalations. Once per request,
+    and once to the team's chat when a webhook is configured."""
+    chat_approval_post(approval)
     escalation = approval.kind == "escalation"
     users = users_in_role(ONCALL if escalation else EDITOR)
     if approval.requested_by_user_id is not None:

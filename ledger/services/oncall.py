@@ -27,8 +27,9 @@ def _oncall(user, run, may) -> tuple[str, str]:
 
 
 @transaction.atomic
-def run_retry(*, run_id, user, reason: str = "") -> Run:
-    """On-call retry of an escalated run: the retry budget starts afresh and the run is decided again."""
+def run_retry(*, run_id, user, reason: str = "", via: str = "") -> Run:
+    """On-call retry of an escalated run: the retry budget starts afresh and the run is decided again.
+    ``via``: where the person acted, when not the dashboard or the API (``slack``)."""
     workflow, run = workflow_and_run_lock(run_id)
     actor, role = _oncall(user, run, authorizers.may_retry)
     if run.state != "escalated":
@@ -36,7 +37,8 @@ def run_retry(*, run_id, user, reason: str = "") -> Run:
     workflow_active_require(workflow)
     now = timezone.now()
     writer = RunWriter(run, actor, now)
-    writer.emit(EventKind.RETRIED, run.current_stage, reason_code="oncall_retry", data={"role": role, "reason": reason})
+    writer.emit(EventKind.RETRIED, run.current_stage, reason_code="oncall_retry",
+                data={"role": role, "reason": reason, **({"via": via} if via else {})})
     run.retried_at = now
     escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "retry", now=now, writer=writer)
     others = dead_leases_expire(workflow=workflow, intent=run.intent, now=now, exclude=run.id)
@@ -54,7 +56,7 @@ def run_retry(*, run_id, user, reason: str = "") -> Run:
 
 
 @transaction.atomic
-def run_abandon(*, run_id, user, reason: str) -> Run:
+def run_abandon(*, run_id, user, reason: str, via: str = "") -> Run:
     run = run_lock(run_id)
     actor, role = _oncall(user, run, authorizers.may_abandon)
     if not (reason or "").strip():
@@ -63,7 +65,8 @@ def run_abandon(*, run_id, user, reason: str) -> Run:
         raise illegal(run, f"Only an escalated run can be abandoned; this one is {run.state!r}.")
     now = timezone.now()
     writer = RunWriter(run, actor, now)
-    writer.emit(EventKind.ABANDONED, run.current_stage, reason_code="oncall_abandon", data={"role": role, "reason": reason})
+    writer.emit(EventKind.ABANDONED, run.current_stage, reason_code="oncall_abandon",
+                data={"role": role, "reason": reason, **({"via": via} if via else {})})
     escalation_close(run, status="rejected", actor=actor, role=role, reason=reason, now=now, writer=writer)
     approvals_void(writer, Approval.objects.filter(run=run, status="pending"), reason="abandoned")
     writer.transition("abandoned", "oncall_abandon", cause="abandoned", reason=reason)

@@ -3,6 +3,9 @@
 ``outbox_put`` writes the row and asks for a relay once the transaction commits (best effort); the
 relay sweep (every ~10 s) sends whatever is still unsent, so a broker outage delays work but never
 loses it. Tasks are idempotent, so a row sent twice (the send succeeded, the mark did not) is harmless.
+
+A chat delivery (``CHAT_TASK``, SPEC §12.3) is performed by the relay itself, never from a request: the
+row is sent only once the chat service has answered, so a chat outage keeps it for the next sweep.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from stateboard.celery import app
 logger = logging.getLogger(__name__)
 
 EXECUTOR_TASK = "ledger.tasks.executor_run"
+CHAT_TASK = "ledger.tasks.chat_deliver"
+# Run by the relay sweep in its own process (an HTTP call), not handed to the broker from the request.
+PERFORMED_BY_RELAY = frozenset({CHAT_TASK})
 CLAIM_SECONDS = 30
 
 
@@ -32,7 +38,8 @@ def outbox_put(*, task: str, args: list | None = None, kwargs: dict | None = Non
                                         countdown=countdown, created_at=timezone.now())
     except IntegrityError:
         return False
-    transaction.on_commit(lambda: outbox_relay(ids=[row.id]))
+    if task not in PERFORMED_BY_RELAY:
+        transaction.on_commit(lambda: outbox_relay(ids=[row.id]))
     return True
 
 
@@ -40,7 +47,9 @@ def _send(row: Outbox) -> None:
     import ledger.tasks  # noqa: F401 (registers the tasks; (a) circle: services.outbox <- tasks)
 
     task = app.tasks.get(row.task)
-    if task is not None:  # apply_async honours task_always_eager (tests and the embedded demo)
+    if row.task in PERFORMED_BY_RELAY:
+        task(*row.args, **row.kwargs)  # here and now: it raises when the delivery failed
+    elif task is not None:  # apply_async honours task_always_eager (tests and the embedded demo)
         task.apply_async(args=row.args, kwargs=row.kwargs, countdown=row.countdown or None, retry=False)
     else:
         app.send_task(row.task, args=row.args, kwargs=row.kwargs, countdown=row.countdown or None, retry=False)
@@ -51,8 +60,10 @@ def outbox_relay(*, ids: list[int] | None = None, limit: int = 200) -> int:
 
     Each row is claimed in a short transaction and sent after it commits, so no database transaction
     is open while the broker is called (and an eager task runs on committed data)."""
-    sent = 0
-    for row_id in list(_unsent(ids).values_list("id", flat=True)[:limit]):
+    sent, down = 0, set()
+    for row_id, task in list(_unsent(ids).values_list("id", "task")[:limit]):
+        if _route(task) in down:
+            continue  # its broker (or chat service) is down: the rest would fail the same way
         try:
             row = _claim(row_id)
             if row is None:
@@ -63,13 +74,17 @@ def outbox_relay(*, ids: list[int] | None = None, limit: int = 200) -> int:
                 Outbox.objects.filter(id=row.id).update(claimed_until=None, last_error=str(exc)[:500])
                 logger.warning("outbox: %s not sent (%s); the relay sweep retries", row.task, exc)
                 if ids is None:
-                    break  # the broker is down: the rest would fail the same way
+                    down.add(_route(row.task))
                 continue
             Outbox.objects.filter(id=row.id).update(sent_at=timezone.now(), claimed_until=None)
             sent += 1
         except Exception:  # a relay after commit must never break the request that triggered it
             logger.exception("outbox relay failed")
     return sent
+
+
+def _route(task: str) -> str:
+    return task if task in PERFORMED_BY_RELAY else "broker"
 
 
 def _unsent(ids):
