@@ -64,6 +64,22 @@ def test_reference_env_change_downgrades_only_results_after_the_last_verified_ef
     assert same_env.first_not_done({"draft": "succeeded", "push": "verified", "build": "succeeded"}) == "deploy"
 
 
+def test_reference_a_retried_run_nobody_leased_spends_no_retry():
+    """The model (SPEC §3): on-call's retry starts the budget afresh, and a retried run that nobody leased
+    in time never ran, so the next trigger resumes it instead of escalating again."""
+    model = _model(max_retries=1)
+    run, _ = _run(model, 0)
+    _events(model, run, 1, ("draft", "started"), ("draft", "succeeded"), ("push", "started"), ("push", "failed"))
+    escalated, decision = _run(model, 10)
+    assert (decision.outcome, decision.reason_code) == ("escalated", "retry_budget_exhausted")
+    retried = model.retried(escalated, now=T0 + timedelta(seconds=20))
+    assert retried.outcome == "resume"
+    model.queue_ran_out(escalated)
+    after = _decide(model, 30)
+    assert (after.outcome, after.reason_code) == ("resume", "resume_incomplete_stage"), after
+    assert escalated.state == "failed"
+
+
 def test_reference_retry_budget_expiry_policy_and_inputs():
     """The model: failures escalate at max_retries, then escalation_pending; expiry, policy and inputs say fresh."""
     model = _model(max_retries=3)
@@ -92,6 +108,7 @@ def test_replay_eval_passes_records_accuracy_and_metrics_show_it(client):
     call_command("replay_eval", episodes=30, seed=20261130, stdout=out, stderr=io.StringIO())
     text = out.getvalue()
     assert "recovery accuracy" in text and "100.00%" in text and "replay_eval passed" in text
+    assert "never_leased" in text  # a retried run nobody leased in time, decided right afterwards
     record = ReplayEval.objects.get()
     assert (record.episodes, record.seed, record.duplicates, record.unverified) == (30, 20261130, 0, 0)
     assert record.decisions > 100 and record.correct == record.decisions and record.accuracy == 1.0

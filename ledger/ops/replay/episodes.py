@@ -109,8 +109,8 @@ class Episode:
         escalated = next((r for r in self.model.runs if r.state == "escalated" and r.fp == self.fp), None)
         if escalated is not None and self.rng.random() < 0.7:
             if self.rng.random() < 0.8:
-                run, body = self.oncall_retry(escalated)
-                if body["decision"]["outcome"] in WORKING:
+                run, body, leased = self.oncall_retry(escalated)
+                if leased:
                     self.work(run, body)
             else:
                 self.api.call("oncall", "POST", f"/api/v1/runs/{escalated.id}/abandon/", {"reason": "replay: give up"})
@@ -170,19 +170,27 @@ class Episode:
         self.mismatch(f"redeliver {key}", {"duplicate": True, "id": run_id},
                       {"status": status, "duplicate": run.get("duplicate"), "id": run.get("id")})
 
-    def oncall_retry(self, run: ModelRun) -> tuple[ModelRun, dict]:
+    def oncall_retry(self, run: ModelRun) -> tuple[ModelRun, dict, bool]:
+        """On-call retries ``run``; the episode's agent leases it, or (sometimes) nobody does in time."""
         _, body = self.api.call("oncall", "POST", f"/api/v1/runs/{run.id}/retry/", {"reason": "replay: retry"},
                                 expect=(200,))
         expected = self.model.retried(run, now=moment(body["decided_at"]))
         self.judge(f"on-call retry of {run.id}", expected, body)
-        if body["decision"]["outcome"] in WORKING:
-            # A retried run is queued for an agent (SPEC §9.1): the episode's agent leases it first.
-            _, leased = self.api.call("agent", "POST", "/api/v1/runs/lease/", {"workflows": [self.workflow.slug]},
-                                      expect=(200,))
-            if leased["id"] != str(run.id):
-                raise EpisodeError(f"lease after the retry of {run.id} gave {leased['id']}")
-            self.note(f"agent leased {run.id}")
-        return run, body
+        if body["decision"]["outcome"] not in WORKING:
+            return run, body, False
+        if self.rng.random() < 0.25:  # the queue time runs out: the next trigger finds it failed not_leased
+            Run.objects.filter(id=run.id).update(queued_until=timezone.now() - timedelta(seconds=1))
+            self.model.queue_ran_out(run)
+            self.note(f"nobody leased {run.id}")
+            self.tally.faults["never_leased"] += 1
+            return run, body, False
+        # A retried run is queued for an agent (SPEC §9.1): the episode's agent leases it first.
+        _, leased = self.api.call("agent", "POST", "/api/v1/runs/lease/", {"workflows": [self.workflow.slug]},
+                                  expect=(200,))
+        if leased["id"] != str(run.id):
+            raise EpisodeError(f"lease after the retry of {run.id} gave {leased['id']}")
+        self.note(f"agent leased {run.id}")
+        return run, body, True
 
     def judge(self, what: str, expected: Expected, run: dict) -> None:
         actual = run["decision"]

@@ -35,6 +35,7 @@ class ModelRun:
     ended_at: datetime | None = None
     retried_at: datetime | None = None
     lease_dead: bool = False  # its agent died and the lease has run out
+    never_leased: bool = False  # queued for an agent, and nobody leased it in time: it never ran
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ class ReferenceModel:
         if cp:
             moments.append(cp.created_at)
         since = max(moments, default=None)
-        return sum(1 for r in self.runs if r.fp == fp and r.state == "failed" and (since is None or r.ended_at > since))
+        return sum(1 for r in self.runs if r.fp == fp and r.state == "failed" and not r.never_leased
+                   and (since is None or r.ended_at > since))
 
     def decide(self, *, fp: str, policy: str, env: str, now: datetime, exclude: str | None = None) -> Expected:
         """The decision for a trigger at ``now`` (first, runs whose lease ran out are failed)."""
@@ -173,6 +175,10 @@ class ReferenceModel:
 
     def lease_ran_out(self, run: ModelRun) -> None:
         run.lease_dead = True
+
+    def queue_ran_out(self, run: ModelRun) -> None:
+        """A queued run nobody leased in time: it fails ``not_leased`` and, never having run, spends no retry."""
+        run.lease_dead = run.never_leased = True
 
     def _apply(self, run: ModelRun, expected: Expected) -> None:
         run.stages = dict(expected.stages)
