@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from ledger import services
 from ledger.models import Approval, Run
+from stateboard.errors import DomainError
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver
 from tests.ledger.test_portability import _export, _import, _wipe, export_key  # noqa: F401 (the key)
@@ -17,14 +18,16 @@ pytestmark = [pytest.mark.django_db, pytest.mark.postgres, pytest.mark.slow]
 
 INTENTS = ("i0", "i1", "i2")
 STEPS = st.lists(st.tuples(
-    st.sampled_from(["run", "staged", "queued_then_leased", "goal", "approval", "fail", "retry", "abandon"]),
+    st.sampled_from(["run", "staged", "queued_then_leased", "goal", "approval", "fail", "retry", "abandon",
+                     "rollback", "executor"]),
     st.sampled_from(INTENTS), st.integers(0, 4), st.booleans()), min_size=2, max_size=7)
 
 
 def _world():
     plain = make_workflow(stages=["fetch", "build", "push", "check"], effect_stages=["push"], approval_stages=[],
                           max_retries=1)
-    gated = make_workflow(stages=["draft", "publish"], effect_stages=["publish"], approval_stages=["publish"])
+    gated = make_workflow(stages=["draft", "publish"], effect_stages=["publish"], approval_stages=["publish"],
+                          executors={"publish": {"handler": "record", "config": {}}})
     agent = AgentDriver(client_for(make_agent()[1]), plain.slug)
     gated_agent = AgentDriver(agent.client, gated.slug)
     editor_user, editor_token = make_operator("editor")
@@ -58,16 +61,27 @@ def _play(step, world) -> None:
         if run["state"] in ("fresh", "resume") and run["decision"]["resume_from"] == "draft":
             gated_agent.pass_stage(run["id"], "draft")
             action_body = {"system": "cms", "operation": "publish", "target": intent, "summary": "s"}
-            made = gated_agent.client.post(f"/api/v1/runs/{run['id']}/approvals/",
-                                           {"kind": "high_impact", "stage": "publish", "action": action_body},
-                                           format="json")
-            if made.status_code == 201 and depth:
-                services.approval_decide(approval_id=made.json()["id"], user=editor_user, approve=flag,
-                                         reason="checked")
+            gated_agent.event(run["id"], "publish", "proposed", action=action_body)  # the executor's stage
+            pending = Approval.objects.filter(run_id=run["id"], status="pending").first()
+            if pending is not None and depth:
+                services.approval_decide(approval_id=pending.id, user=editor_user, approve=flag, reason="checked")
     elif action == "fail":
         run = agent.trigger(inputs=inputs, intent=intent)
         if run["state"] in ("fresh", "resume"):
             agent.fail_stage(run["id"], run["decision"]["resume_from"])
+    elif action == "rollback":
+        services.runs_expire_leases()
+        target = Run.objects.filter(workflow=plain, intent=intent, staged=False).exclude(state="noop").order_by(
+            "-created_at", "-id").first()
+        if target is not None:
+            try:
+                services.run_rollback(run_id=target.id, user=oncall_user, to_stage=plain.stages[depth % 3],
+                                      reason="property", compensate=flag)
+            except DomainError:
+                pass  # an active run, say: the history goes on without it
+    elif action == "executor":  # an approved publish performed by Stateboard's executor
+        for held in Run.objects.filter(workflow=gated, lease_owner="system:executor").exclude(state="awaiting_approval"):
+            services.executor_run(run_id=held.id, stage="publish")
     else:  # retry / abandon an escalated run of the intent, if there is one
         escalated = Run.objects.filter(workflow=plain, intent=intent, state="escalated").first()
         if escalated is not None:
