@@ -180,6 +180,7 @@ class LeaseWaitingApp:
                     return
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != LEASE_PATH:
             return await self.app(scope, receive, send)
+        arrived = time.monotonic()  # wait_seconds counts from here, not from the first look's answer
         body, more = await _body_read(receive)
         if more is not None:  # too large or cut short: Django answers it as any other such body
             return await self.app(scope, _receive_of(body, more, receive), send)
@@ -192,7 +193,7 @@ class LeaseWaitingApp:
             if seconds is None:
                 return await captured.replay(send)
             if deadline is None:
-                deadline = time.monotonic() + seconds
+                deadline = arrived + seconds
             elif slug_budget:  # woken but found nothing: the next waiter may take it
                 self.waits.notify(slug_budget[0], slug_budget[1])
             remaining = deadline - time.monotonic()

@@ -366,7 +366,7 @@ async def _longpoll(base: str, token: str, owner: str, run_id: str, waiters: int
     quiet = await _sequential(base, token, run_id, calls)
     slug = f"{FLEET_WORKFLOW}-idle"
     started = [asyncio.create_task(_waiter(base, token, wait, slug)) for _ in range(waiters)]
-    await asyncio.sleep(2.0)
+    await asyncio.sleep(5.0)  # every waiter has been looked at once and is parked
     loaded = await _sequential(base, token, run_id, calls)
     # a run queued now is leased by one of them within a second
     queued_at = time.monotonic()
