@@ -255,3 +255,47 @@ class StoreCounter(models.Model):
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     value = models.BigIntegerField(default=0)
+
+
+class PacketServed(models.Model):
+    """A resume packet as it was served (SPEC §9.2): for which run, to whom, when, and which claims of
+    the workflow's scope it held as facts and leads or left out, and why (``claims``). Insert-only;
+    reading the same packet again (same reader, same claims) adds no row."""
+
+    run_id = models.CharField(max_length=64)
+    served_to = models.CharField(max_length=200)
+    at = models.DateTimeField()
+    budget_tokens = models.PositiveIntegerField()
+    approx_tokens = models.PositiveIntegerField()
+    omitted_facts = models.PositiveIntegerField(default=0)
+    omitted_leads = models.PositiveIntegerField(default=0)
+    # sha256 of the served claims (key, version, use, reason): what makes a reading "the same packet".
+    digest = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["run_id", "served_to", "digest"],
+                                               name="packetserved_unique_reading")]
+        indexes = [models.Index(fields=["run_id", "-at"], name="packetserved_run_at")]
+        triggers = append_only_triggers()
+
+
+class PacketClaim(models.Model):
+    """One claim of a served packet: a fact, a lead (stale, or flagged for review) or left out (over the
+    token budget, revoked, invalidated, or pending review)."""
+
+    class Use(models.TextChoices):
+        FACT = "fact"
+        LEAD = "lead"
+        LEFT_OUT = "left_out"
+
+    packet = models.ForeignKey(PacketServed, on_delete=models.PROTECT, related_name="claims")
+    key = models.CharField(max_length=300)
+    version = models.PositiveIntegerField(null=True, blank=True)
+    use = models.CharField(max_length=10, choices=Use.choices)
+    reason = models.CharField(max_length=30, blank=True)
+
+    class Meta:
+        ordering = ["packet_id", "use", "key"]
+        indexes = [models.Index(fields=["key", "packet"], name="packetclaim_key")]
+        triggers = append_only_triggers()

@@ -6,12 +6,15 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from knowledge.models import (
+    TOMBSTONE_STATUSES,
     Claim,
     ClaimCitation,
     ClaimHead,
     ClaimReview,
     ClaimStatus,
     GateDecision,
+    PacketClaim,
+    PacketServed,
     Sensitivity,
     StoreCounter,
 )
@@ -219,3 +222,56 @@ def claim_citing_runs(*, keys, per_key: int = 5) -> dict:
         if run_id not in entry["runs"] and len(entry["runs"]) < per_key:
             entry["runs"].append(run_id)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# what resume packets served (the run page, a claim's page)
+
+def claims_left_out(*, user, system: str | None, task: str | None, limit: int = 20) -> list[tuple[str, int, str]]:
+    """(key, version, reason) of the scope's claims a packet never serves although ``user`` may read them:
+    tombstones (``revoked``, ``invalidated``) and versions pending review (``pending``)."""
+    heads = ClaimHead.objects.filter(live=False, current__status__in=TOMBSTONE_STATUSES).filter(claim_visible_q(user))
+    pending = claims_pending(user=user)
+    if system:
+        heads, pending = heads.filter(system=system), pending.filter(scope_system=system)
+    if task:
+        heads, pending = heads.filter(task=task), pending.filter(scope_task=task)
+    out = [(key, version, status) for key, version, status in
+           heads.order_by("key").values_list("key", "current__version", "current__status")[:limit]]
+    out += [(key, version, "pending") for key, version in pending.values_list("key", "version")[:limit]]
+    return out
+
+
+def _visible_keys(user, keys) -> set[str]:
+    return set(ClaimHead.objects.filter(key__in=set(keys)).filter(claim_visible_q(user)).values_list("key", flat=True))
+
+
+def packets_served(*, run_id, user, limit: int = 20) -> list[PacketServed]:
+    """The run's served packets, newest first, each with ``facts``, ``leads`` and ``left_out`` (its
+    PacketClaim rows) and ``hidden`` (how many name claims ``user`` may not read). Two reads, three for
+    a user who may not read every sensitive claim."""
+    packets = list(PacketServed.objects.filter(run_id=str(run_id)).order_by("-at", "-id")[:limit])
+    rows = list(PacketClaim.objects.filter(packet__in=packets).order_by("key")) if packets else []
+    visible = None if sees_all_sensitive(user) else _visible_keys(user, [r.key for r in rows])
+    by_packet: dict = {}
+    for row in rows:
+        by_packet.setdefault(row.packet_id, []).append(row)
+    for packet in packets:
+        mine = by_packet.get(packet.id, [])
+        shown = [r for r in mine if visible is None or r.key in visible]
+        packet.facts = [r for r in shown if r.use == PacketClaim.Use.FACT]
+        packet.leads = [r for r in shown if r.use == PacketClaim.Use.LEAD]
+        packet.left_out = [r for r in shown if r.use == PacketClaim.Use.LEFT_OUT]
+        packet.hidden = len(mine) - len(shown)
+    return packets
+
+
+def claim_served_in(*, key: str, limit: int = 50) -> list[PacketClaim]:
+    """The packets that served ``key`` (or left it out), newest first, with the packet (one read)."""
+    return list(PacketClaim.objects.filter(key=key).select_related("packet")
+                .order_by("-packet__at", "-packet_id")[:limit])
+
+
+def claim_cited_by(*, key: str, limit: int = 50) -> list[ClaimCitation]:
+    """The ledger events whose evidence cited ``key``, newest first (one read)."""
+    return list(ClaimCitation.objects.filter(key=key).order_by("-at", "-id")[:limit])

@@ -1,8 +1,10 @@
 """The resume packet (SPEC §9.2): what an agent reads when a run starts, instead of chat history.
 
-A read: it writes nothing. The decision, stages and effects are always in it; facts and leads from
-the workflow's knowledge scope fill the rest of the token budget (leads dropped first, the
-longest-stale first; then facts, the oldest observed first).
+It changes nothing a decision reads: the decision, stages and effects are always in it; facts and
+leads from the workflow's knowledge scope fill the rest of the token budget (leads dropped first,
+the longest-stale first; then facts, the oldest observed first). Which claims it served, and which
+it left out and why, is recorded once per reader and content (``knowledge.services.packet_served_record``)
+for the run page and the claim's page.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from datetime import timezone as dt_timezone
 from django.utils import timezone
 
 from knowledge import selectors as knowledge_selectors
+from knowledge import services as knowledge_services
 from ledger.domain import effects, recovery
 from ledger.models import Effect, Goal, Run
 from ledger import selectors
 from ledger.selectors import checkpoint_latest
 from stateboard.errors import Invalid
+from stateboard.roles import actor_for
 
 BUDGET_DEFAULT, BUDGET_MIN, BUDGET_MAX = 2000, 200, 100_000
 RULES = [
@@ -78,10 +82,10 @@ def _scoped(run: Run, *, user, now: datetime, use_as: str):
                                            task=scope.get("task") or None, use_as=use_as, now=now)
 
 
-def _newest_that_fit(heads, *, newest_first: str, item, room: int, chunk: int = 64) -> tuple[list[dict], int]:
-    """Items of ``heads``, newest first, while they fit in ``room`` bytes: what dropping the oldest until
-    the rest fits keeps, read a chunk at a time so a large scope is never read whole. An item costs its
-    JSON and a comma (the first needs none, so this errs on the safe side)."""
+def _newest_that_fit(heads, *, newest_first: str, item, room: int, chunk: int = 64) -> tuple[list, int]:
+    """Heads of ``heads``, newest first, while their items fit in ``room`` bytes: what dropping the oldest
+    until the rest fits keeps, read a chunk at a time so a large scope is never read whole. An item costs
+    its JSON and a comma (the first needs none, so this errs on the safe side). Returns [(head, item)]."""
     kept, used = [], 0
     if heads is None or room <= 0:
         return kept, used
@@ -93,11 +97,36 @@ def _newest_that_fit(heads, *, newest_first: str, item, room: int, chunk: int = 
             cost = _size(entry) + 1
             if used + cost > room:
                 return kept, used
-            kept.append(entry)
+            kept.append((head, entry))
             used += cost
         if len(page) < chunk:
             return kept, used
     return kept, used
+
+
+FACTS_NEWEST, LEADS_NEWEST = "-current__observed_at", "-current__refresh_after"
+LEFT_OUT_NAMED = 20  # over-budget claims named in the record (the packet counts them all)
+
+
+def _over_budget(heads, *, newest_first: str, kept: int, total: int) -> list:
+    """The first of the heads the budget dropped, as the record names them."""
+    if heads is None or kept >= total:
+        return []
+    return list(heads.order_by(newest_first, "key")[kept:kept + LEFT_OUT_NAMED])
+
+
+def _served_record(run: Run, *, user, now: datetime, budget_tokens: int, packet: dict, facts, leads,
+                   dropped, scope: dict) -> None:
+    """Which claims the packet served, as facts and leads, and which it left out and why."""
+    claims = [(h.key, h.current.version, "fact", "") for h, _ in facts]
+    claims += [(h.key, h.current.version, "lead",
+                "needs_review" if getattr(h, "needs_review", False) else "stale") for h, _ in leads]
+    claims += [(h.key, h.current.version, "left_out", "over_budget") for h in dropped]
+    claims += [(key, version, "left_out", reason) for key, version, reason in knowledge_selectors.claims_left_out(
+        user=user, system=scope.get("system") or None, task=scope.get("task") or None)]
+    knowledge_services.packet_served_record(
+        run_id=run.id, served_to=actor_for(user), at=now, budget_tokens=budget_tokens,
+        approx_tokens=packet["approx_tokens"], omitted=packet["omitted"], claims=claims)
 
 
 def resume_packet(*, run: Run, user, budget_tokens: int = BUDGET_DEFAULT, now: datetime | None = None) -> dict:
@@ -148,10 +177,15 @@ def resume_packet(*, run: Run, user, budget_tokens: int = BUDGET_DEFAULT, now: d
                       needed_tokens=approx_tokens(core))
     room = budget_bytes - core
     # Leads are dropped first (the longest-stale first), then facts (the oldest observed first).
-    facts, fact_bytes = _newest_that_fit(facts_in, newest_first="-current__observed_at", item=_fact, room=room)
+    facts, fact_bytes = _newest_that_fit(facts_in, newest_first=FACTS_NEWEST, item=_fact, room=room)
     leads_room = room - fact_bytes if len(facts) == fact_total else 0
-    leads, _ = _newest_that_fit(leads_in, newest_first="-current__refresh_after", item=_lead, room=leads_room)
-    packet["facts"], packet["leads"] = facts, leads
+    leads, _ = _newest_that_fit(leads_in, newest_first=LEADS_NEWEST, item=_lead, room=leads_room)
+    packet["facts"], packet["leads"] = [entry for _, entry in facts], [entry for _, entry in leads]
     packet["omitted"] = {"facts": fact_total - len(facts), "leads": lead_total - len(leads)}
     packet["approx_tokens"] = approx_tokens(_size({**packet, "approx_tokens": BUDGET_MAX}))
+    if facts_in is not None:  # a workflow without a knowledge scope serves no claims: nothing to record
+        dropped = (_over_budget(facts_in, newest_first=FACTS_NEWEST, kept=len(facts), total=fact_total)
+                   + _over_budget(leads_in, newest_first=LEADS_NEWEST, kept=len(leads), total=lead_total))
+        _served_record(run, user=user, now=now, budget_tokens=budget_tokens, packet=packet, facts=facts,
+                       leads=leads, dropped=dropped[:LEFT_OUT_NAMED], scope=run.workflow.knowledge_scope or {})
     return packet

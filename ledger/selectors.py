@@ -353,10 +353,18 @@ def run_events_page(*, run, before: int | None = None, from_seq: int | None = No
     return list(events[:limit])
 
 
-def run_transitions(*, run) -> list[tuple[int, dict]]:
-    """(seq, data) of the run's transition events, in order: the path the drawing shows."""
-    rows = LedgerEvent.objects.filter(run=run, kind="transition").order_by("seq").values_list("seq", "data")
-    return [(seq, data if isinstance(data, dict) else {}) for seq, data in rows]
+def run_transitions(*, run) -> list[dict]:
+    """The run's transition events, in order ({seq, at, stage, reason_code, from, to, cause}): its path."""
+    rows = (LedgerEvent.objects.filter(run=run, kind="transition").order_by("seq")
+            .values_list("seq", "at", "stage", "reason_code", "data"))
+    return [{**(data if isinstance(data, dict) else {}), "seq": seq, "at": at, "stage": stage, "reason_code": reason}
+            for seq, at, stage, reason, data in rows]
+
+
+def run_stage_events(*, run) -> list[tuple[str, str, object]]:
+    """(stage, kind, at) of the run's stage events (outcomes, approval requests), oldest first: its timeline."""
+    return list(LedgerEvent.objects.filter(run=run, kind__in=(*STAGE_OUTCOME_KINDS, "approval_requested"))
+                .exclude(stage="").order_by("seq").values_list("stage", "kind", "at"))
 
 
 def stage_times(*, run) -> dict[str, dict]:

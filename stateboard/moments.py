@@ -19,3 +19,29 @@ def parse_moment(value, *, naive_as_utc: bool = False) -> datetime | None:
         return moment.astimezone(dt_timezone.utc) if moment is not None else None
     except (ValueError, OverflowError):
         return None
+
+
+_UNITS = (("day", 86400), ("h", 3600), ("min", 60), ("s", 1))
+
+
+def duration_words(seconds) -> str:
+    """A length of time as people say it: ``86400`` → "1 day", ``5400`` → "1 h 30 min", ``0.4`` → "0.4 s".
+    At most two units, the larger first; whole days are said in days."""
+    if seconds is None or seconds == "":
+        return "—"
+    try:
+        seconds = float(seconds)
+    except (TypeError, ValueError):
+        return str(seconds)
+    if seconds < 0.05:
+        return "< 0.1 s"
+    if seconds < 10:
+        return f"{seconds:.1f} s".replace(".0 s", " s")
+    parts, left = [], int(round(seconds))
+    for name, size in _UNITS:
+        count, left = divmod(left, size)
+        if count:
+            parts.append(f"{count} {name}{'s' if name == 'day' and count > 1 else ''}")
+        if len(parts) == 2 or (parts and not left):
+            break
+    return " ".join(parts)

@@ -73,7 +73,7 @@ def test_run_page_has_permalinks_durations_and_seq_numbers_on_the_path():
     _, run = long_run(2)
     html = texts(viewer.get(reverse("ledger:run_detail", args=[run["id"]])))
     assert 'href="#seq-1"' in html
-    assert html.count("data-duration") == 2 and "took " in html
+    assert html.count("data-duration") == 2 and "Stages over time" in html and "<svg class=\"bar\"" in html
     from ledger.models import LedgerEvent
 
     seqs = list(LedgerEvent.objects.filter(run_id=run["id"], kind="transition").values_list("seq", flat=True))

@@ -111,7 +111,8 @@ def claim_history(request, key):
     for version in detail["versions"]:
         version.shown_status = selectors.claim_status(version, now=now)
     template = "knowledge/claim_history.html#claim-versions" if request.htmx else "knowledge/claim_history.html"
-    return render(request, template, {**detail, "now": now})
+    served = {"served_in": selectors.claim_served_in(key=key), "cited_by": selectors.claim_cited_by(key=key)}
+    return render(request, template, {**detail, **served, "now": now})
 
 
 # ---------------------------------------------------------------- actions

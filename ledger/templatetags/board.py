@@ -10,6 +10,7 @@ from django.utils.timesince import timesince
 
 from ledger.authorizers import BY_NAME
 from stateboard.errors import Refused
+from stateboard.moments import duration_words
 from stateboard.redact import redact as redact_text
 from stateboard.redact import redact_json as redact_json_text
 
@@ -26,6 +27,19 @@ def redact(value):
 @register.filter
 def redact_json(value):
     return redact_json_text(value)
+
+
+@register.filter
+def duration(seconds):
+    """Seconds as people say them (``86400|duration`` → "1 day"): every TTL, lease and stage length."""
+    return duration_words(seconds)
+
+
+def relative_words(moment: datetime, now: datetime) -> str:
+    """"just now" within a minute (never "0 minutes ago"), else "5 minutes ago" / "in 2 hours"."""
+    if abs((now - moment).total_seconds()) < 60:
+        return "just now"
+    return f"{timesince(moment, now)} ago" if moment <= now else f"in {timesince(now, moment)}"
 
 
 @register.simple_tag(takes_context=True)
@@ -61,7 +75,7 @@ def when(context, value, mode: str = ""):
     full = utc.strftime("%Y-%m-%d %H:%M:%S UTC")
     if mode == "relative":
         now = timezone.now()
-        text = f"{timesince(utc, now)} ago" if utc <= now else f"in {timesince(now, utc)}"
+        text = relative_words(utc, now)
     else:
         text = full
     return format_html('<time datetime="{}" title="{}" data-when="{}">{}</time>', utc.isoformat(), full, mode, text)

@@ -5,10 +5,11 @@ from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from knowledge import selectors as knowledge_selectors
 from ledger import selectors
-from ledger.domain import effects
 from ledger.web import drawing
 from ledger.web.forms import SavedViewForm
 from ledger.models import Run, SavedView
@@ -88,30 +89,13 @@ def _int_param(request, name):
         return None
 
 
-def _stage_cards(run, times, effect_status: dict) -> list[dict]:
-    workflow, stage_states = run.workflow, run.stage_states or {}
-    cards = []
-    for stage in workflow.stages:
-        state = stage_states.get(stage) or {}
-        span = times.get(stage) or {}
-        start, end = span.get("start"), span.get("end")
-        cards.append({
-            "stage": stage, "status": effects.stage_word(state.get("status"), effect_status.get(stage)),
-            "pointer": state.get("pointer", ""),
-            "effect_stage": stage in workflow.effect_stages, "approval_stage": stage in workflow.approval_stages,
-            "current": stage == run.current_stage and not run.is_terminal,
-            "start": start, "end": end, "seconds": (end - start).total_seconds() if start and end else None,
-        })
-    return cards
-
-
 def _with_evidence(events) -> list:
     for event in events:
         event.evidence_items = [evidence_view(ev) for ev in (event.evidence or [])]
     return events
 
 
-def run_page_context(run: Run, *, before: int | None = None, from_seq: int | None = None) -> dict:
+def run_page_context(run: Run, *, user, before: int | None = None, from_seq: int | None = None) -> dict:
     """Everything the run page shows, from one read of each source: the page, the live refresh and
     the older-events fragment all render from this, so every panel agrees with the run's state."""
     events = _with_evidence(selectors.run_events_page(run=run, before=before, from_seq=from_seq,
@@ -121,16 +105,21 @@ def run_page_context(run: Run, *, before: int | None = None, from_seq: int | Non
     position = next((i for i, a in enumerate(attempts) if a.id == run.id), None)
     previous = attempts[position - 1] if position else None
     checkpoint = selectors.checkpoint_latest(run=run)
+    transitions = selectors.run_transitions(run=run)
+    # The intent's and fingerprint's effects, whichever attempt performed them: the same rows the stage
+    # words, the resume packet and the rollback preview read, so no panel contradicts another.
+    effect_rows = list(selectors.effects_of_intent(run=run))
     return {
         "run": run, "events": events, "before": before, "fragment": False,
         "anchor": from_seq or oldest or 1, "older_than": oldest if oldest and oldest > 1 else None,
         "live": not run.is_terminal and before is None,
         "decision": run.decision or {},
-        "machine": drawing.state_machine(selectors.run_transitions(run=run), run.state),
-        "timeline": _stage_cards(run, selectors.stage_times(run=run),
-                                 selectors.stage_effect_statuses(selectors.effects_of_intent(run=run))),
+        "path": drawing.run_path(transitions, run.state),
+        "machine": drawing.machine_table(transitions, run.state),
+        "timeline": drawing.stage_timeline(run, selectors.run_stage_events(run=run), effect_rows, now=timezone.now()),
         "attempts": attempts, "previous_attempt": previous,
-        "effects": list(run.effects.all()), "approvals": list(run.approvals.all()),
+        "effects": effect_rows, "approvals": list(run.approvals.all()),
+        "packets": knowledge_selectors.packets_served(run_id=run.id, user=user),
         "checkpoint": checkpoint,
         "checkpoint_json": redact_json(checkpoint.payload) if checkpoint else "",
         "inputs_json": redact_json(run.inputs),
@@ -148,7 +137,7 @@ def run_detail(request, run_id):
     except Run.DoesNotExist:
         raise Http404("No such run.")
     before = _int_param(request, "before")
-    context = run_page_context(run, before=before, from_seq=_int_param(request, "from") if request.htmx else None)
+    context = run_page_context(run, user=request.user, before=before, from_seq=_int_param(request, "from") if request.htmx else None)
     if request.htmx:
         context["fragment"] = bool(before)
         template = "ledger/run_detail.html#older-events" if before else "ledger/run_detail.html#run-live"

@@ -47,7 +47,7 @@ def test_editor_approves_and_rejects_without_a_reload(live_server, page, log_in,
 
     # The run page of the approved request: the drawn state machine, decision, stages and events.
     page.goto(f"{live_server.url}/runs/{run_a['id']}/")
-    expect(page.locator("svg g.node.current")).to_have_attribute("data-state", "awaiting_approval")
+    expect(page.locator(".run-path .step.current")).to_have_attribute("data-state", "awaiting_approval")
     expect(page.locator("#event-list")).to_contain_text("approved")
     shots = Path(os.environ.get("STATEBOARD_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)

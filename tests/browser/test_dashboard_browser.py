@@ -19,7 +19,7 @@ def panels_agree(page, state: str):
     """Header badge, drawing, live region and the newest event all show the run's current state."""
     expect(page.locator("#run-badge")).to_have_text(state, timeout=12_000)
     expect(page.locator("#run-live")).to_have_attribute("data-state", state)
-    expect(page.locator("svg g.node.current")).to_have_attribute("data-state", state)
+    expect(page.locator(".run-path .step.current")).to_have_attribute("data-state", state)
     expect(page.locator("#event-list .polling .badge, #run-badge").first).to_have_text(state)
 
 
@@ -36,19 +36,19 @@ def test_live_run_page_follows_a_run_through_three_stages(live_server, page, log
     for stage, effect in (("build", False), ("test", False)):
         agent.pass_stage(run["id"], stage, effect_stage=effect)
         panels_agree(page, "checkpointed")
-        expect(page.locator(f"#stages-panel li[data-stage={stage}]")).to_have_attribute("data-status", "succeeded")
+        expect(page.locator(f"#stages-panel tr[data-stage={stage}]")).to_have_attribute("data-status", "succeeded")
         latest = Run.objects.get(id=run["id"]).event_count
         expect(page.locator(f"#seq-{latest}")).to_be_visible()
         expect(page.locator("#checkpoint-panel [data-checkpoint-stage]")).to_have_text(stage)
 
     agent.pass_stage(run["id"], "push", effect_stage=True)
     panels_agree(page, "completed")
-    expect(page.locator("#stages-panel li[data-stage=push]")).to_have_attribute("data-status", "verified")
+    expect(page.locator("#stages-panel tr[data-stage=push]")).to_have_attribute("data-status", "verified")
     expect(page.locator("#effects-panel tr[data-effect=push]")).to_contain_text("verified")
     expect(page.locator("#lease-panel")).to_have_text("none (terminal)")
     expect(page.locator("#run-live")).not_to_have_attribute("hx-trigger", "every 3s")  # polling stopped
     assert page.evaluate("window.__sameDocument") is True  # swapped in place, never reloaded
-    transitions = page.locator("svg g.label.taken")
+    transitions = page.locator(".run-path .arrow")
     assert transitions.count() >= 6
 
 
@@ -136,3 +136,20 @@ def test_no_request_leaves_the_server(live_server, page, log_in, outside_request
     page.wait_for_timeout(300)
     assert outside_requests == ["https://example.invalid/beacon"]
     outside_requests.clear()  # the deliberate one; teardown checks nothing else left
+
+
+def test_run_page_path_full_machine_timeline_and_compare_by_prefix(live_server, page, log_in):
+    """The path shows the current state, the full machine opens, the timeline has every stage, compare takes prefixes."""
+    failed, escalated = escalated_run(agent_driver(escalation_workflow()), "shape")
+    log_in("viewer")
+    page.goto(f"{live_server.url}/runs/{escalated['id']}/")
+    expect(page.locator(".run-path .step.current")).to_have_attribute("data-state", "escalated")
+    expect(page.locator("#machine-panel table.machine-table")).not_to_be_visible()
+    page.click("#full-machine summary")
+    expect(page.locator("#machine-panel table.machine-table tr")).to_have_count(18)
+    run = Run.objects.select_related("workflow").get(id=escalated["id"])
+    expect(page.locator("#stages-panel tbody tr")).to_have_count(len(run.workflow.stages))
+    page.goto(f"{live_server.url}/runs/compare/")
+    expect(page.locator("input[name=a]")).to_be_visible()
+    page.goto(f"{live_server.url}/runs/compare/?a={failed['id'][:8]}&b={escalated['id'][:8]}")
+    expect(page.locator("#compare-body")).to_be_visible()

@@ -176,7 +176,7 @@ def test_a_stage_whose_effect_is_not_verified_is_unknown_in_the_packet_and_on_th
     packet = resume_packet(run=run, user=None)
     held = {e.stage: e.status for e in Effect.objects.filter(workflow=wf, intent="i")}
     page = page_client(make_operator("viewer")[0]).get(f"/runs/{run.id}/")
-    shown = {card["stage"]: card["status"] for card in page.context["timeline"]}
+    shown = {row["stage"]: row["word"] for row in page.context["timeline"]["rows"]}
     for item in packet["stages"]:
         if held.get(item["stage"]) in UNVERIFIED:
             assert item["status"] == "unknown", (item, held)
