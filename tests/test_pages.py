@@ -172,10 +172,10 @@ def test_run_detail_shows_machine_decision_timeline_events_and_checkpoint(awaiti
     assert response.status_code == 200
     html = texts(response)
     assert "<svg" in html and 'data-state="awaiting_approval"' in html
-    assert 'class="node visited current"' in html  # awaiting_approval is where the run is
-    assert "captured → restore → fresh → execute → checkpointed → awaiting_approval" in html
+    assert 'class="step current" data-state="awaiting_approval"' in html  # where the run is
+    assert "in order: captured, restore, fresh, execute, checkpointed, awaiting_approval" in html
     assert "no_checkpoint" in html  # the decision's reason
-    assert "1. build" in html and "2. deploy" in html and "needs approval" in html
+    assert '<tr data-stage="build" data-status="succeeded"' in html and '<tr data-stage="deploy"' in html
     assert 'id="run-live"' in html and 'hx-trigger="every 3s"' in html
     assert "approval_requested" in html
     assert "Latest checkpoint of this intent" in html and "No checkpoint for this intent" not in html
