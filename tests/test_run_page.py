@@ -123,3 +123,26 @@ def test_run_page_live_partial_keeps_the_anchor_and_stops_when_terminal():
     url = reverse("ledger:run_detail", args=[pending["id"]])
     live = texts(viewer.get(url + "?from=1", **HX))
     assert f'hx-get="{url}?from=1"' in live and 'id="seq-1"' in live
+
+
+def test_a_run_nobody_leased_says_why_it_ended_and_its_path_says_not_leased():
+    """A queued run no agent leased in time: the decision card says why it ended, in words, and the path's
+    last arrow is labelled not_leased (not lease_expired)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from ledger import services
+    from ledger.models import Run
+    from tests.factories import login, make_operator, make_workflow
+
+    workflow = make_workflow(stages=["only"], effect_stages=[], approval_stages=[])
+    owner, _ = make_operator("owner")
+    run, _ = services.run_trigger(workflow_slug=workflow.slug, intent="by-hand", inputs={}, trigger="human",
+                                  actor=f"user:{owner.username}")
+    Run.objects.filter(id=run.id).update(queued_until=timezone.now() - timedelta(seconds=1))
+    assert services.runs_expire_leases() == 1
+    page, _ = login("viewer")
+    html = page.get(f"/runs/{run.id}/").content.decode()
+    assert 'data-ended="not_leased"' in html and "nobody leased it in time" in html
+    assert '<span class="cause">not_leased</span>' in html

@@ -35,6 +35,22 @@ def duration(seconds):
     return duration_words(seconds)
 
 
+ENDED_WORDS = {
+    "all_stages_done": "every stage is done",
+    "not_leased": "it was queued for an agent and nobody leased it in time, so it never ran (it spends no retry)",
+    "lease_expired": "its agent stopped reporting and the lease ran out",
+    "oncall_abandon": "on-call abandoned it",
+    "approval_rejected": "an editor rejected its request",
+    "compensation_verified": "its effects were undone and the undo verified",
+}
+
+
+@register.filter
+def ended_words(reason_code: str) -> str:
+    """Why a run ended, in words (a stage's own failure code is shown as that code)."""
+    return ENDED_WORDS.get(reason_code or "", f"a stage failed: {reason_code}" if reason_code else "")
+
+
 def relative_words(moment: datetime, now: datetime) -> str:
     """"just now" within a minute (never "0 minutes ago"), else "5 minutes ago" / "in 2 hours"."""
     if abs((now - moment).total_seconds()) < 60:
