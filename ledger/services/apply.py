@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
 import yaml
@@ -64,10 +65,14 @@ def _quoted(dumper, value: str):
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
 def _mapping(dumper, value: dict):
     node = dumper.represent_mapping("tag:yaml.org,2002:map", value.items())
     for key, _ in node.value:
-        key.style = None  # the emitter still quotes a key that would read back as another type
+        if _PLAIN_KEY.match(key.value):
+            key.style = None  # the emitter still quotes a key that would read back as another type (yes, null)
     return node
 
 
