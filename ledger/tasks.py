@@ -51,3 +51,9 @@ def executor_sweep() -> int:
 def outbox_relay() -> int:
     """Send outbox rows the on-commit relay could not (the broker was down)."""
     return services.outbox_relay()
+
+
+@shared_task(acks_late=True)
+def rollups_refresh() -> int:
+    """Recompute the reports' rollups of the hours touched since the last pass; safe to run twice, or at once."""
+    return services.rollups_refresh(now=timezone.now())
