@@ -4,12 +4,12 @@ Every signed-in role reads every run, approval and effect, so these take no ``us
 contract scopes what a user sees (sensitive claims), the selector takes ``user=`` (knowledge).
 """
 
-from django.db.models import Count, Exists, F, Max, Min, OuterRef, Prefetch, Q, Subquery, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Count, Exists, Max, Min, OuterRef, Prefetch, Q, Subquery
 from django.utils import timezone
 
 from knowledge.selectors import knowledge_metrics
 from ledger.domain import projection
+from ledger.domain.effects import EXECUTION_KINDS, UNVERIFIED, first_repeat
 from ledger.filters import OncallRunFilter, RunFilter, id_prefix_q
 from ledger.models import (HOLDING_STATES, STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
                            Notification, ReplayEval, Run, Workflow)
@@ -87,21 +87,14 @@ def _keys_executed_twice(events, key: str | None) -> dict:
     with ``effect_absent`` after the outcome, SPEC §5.2) makes a second execution legitimate.
     """
     group = [key] if key else []
-    candidates = (events.filter(kind__in=("succeeded", "unknown"), idempotency_key__gt="")
+    candidates = (events.filter(kind__in=EXECUTION_KINDS, idempotency_key__gt="")
                   .values("idempotency_key", *group).annotate(n=Count("id")).filter(n__gt=1))
     duplicated: dict = {}
     for row in candidates:  # rare: a key executed twice at all
-        may_have_happened, twice = False, False
-        for kind, reason in (events.filter(idempotency_key=row["idempotency_key"],
-                                           kind__in=("succeeded", "unknown", "failed"))
-                             .order_by("at", "id").values_list("kind", "reason_code")):
-            if kind == "failed":
-                may_have_happened = may_have_happened and reason != "effect_absent"
-            else:
-                twice = twice or may_have_happened
-                may_have_happened = True
+        history = (events.filter(idempotency_key=row["idempotency_key"], kind__in=(*EXECUTION_KINDS, "failed"))
+                   .order_by("at", "id").values_list("kind", "reason_code", "id"))
         group_key = row[key] if key else None
-        duplicated[group_key] = duplicated.get(group_key, 0) + twice
+        duplicated[group_key] = duplicated.get(group_key, 0) + (first_repeat(history) is not None)
     return duplicated
 
 
@@ -114,28 +107,8 @@ def recovery_accuracy() -> dict | None:
             "correct": latest.correct, "seed": latest.seed, "at": latest.created_at.isoformat()}
 
 
-def _counts(queryset, key: str | None, *extra: str) -> dict:
-    """Row counts by ``key`` (and ``extra`` fields): {key value or (values…): n}; one total when ``key`` is None."""
-    fields = ([key] if key else []) + list(extra)
-    if not fields:
-        return {None: queryset.count()}
-    rows = queryset.values(*fields).annotate(n=Count("id", distinct=True)).order_by()
-    return {(row[fields[0]] if len(fields) == 1 else tuple(row[f] for f in fields)): row["n"] for row in rows}
-
-
-def _values_by(queryset, key: str | None, field: str) -> dict:
-    """{key value: [values of ``field``]}; {None: [...]} when ``key`` is None."""
-    found: dict = {}
-    for group, value in (queryset.values_list(key, field) if key
-                         else ((None, v) for v in queryset.values_list(field, flat=True))):
-        found.setdefault(group, []).append(value)
-    return found
-
-
-def _ledger_figures(*, workflow_slug: str | None, since, now, slugs: list[str] | None) -> dict:
-    """SPEC §7's ledger figures: {slug: figures} for each of ``slugs`` (one grouped read per figure,
-    whatever the number of workflows), or {None: figures} when ``slugs`` is None."""
-    by_workflow = slugs is not None
+def _ledger_figures(*, workflow_slug: str | None, since, now) -> dict:
+    """SPEC §7's ledger figures of one workflow (or all), scanned from the runs, events and effects."""
     runs = Run.objects.filter(staged=False)  # staged (dry) runs are left out of every figure
     events = LedgerEvent.objects.filter(run__staged=False)
     effects = Effect.objects.all()  # a staged run writes no effect
@@ -147,79 +120,41 @@ def _ledger_figures(*, workflow_slug: str | None, since, now, slugs: list[str] |
     if since:
         runs, effects, events = runs.filter(created_at__gte=since), effects.filter(created_at__gte=since), \
             events.filter(at__gte=since)
-    run_key, via_run = ("workflow__slug", "run__workflow__slug") if by_workflow else (None, None)
-    run_counts = _counts(runs, run_key)
-    effect_counts = _counts(effects, run_key)
-    duplicated = _keys_executed_twice(events, via_run)
+    effect_total = effects.count()
+    twice = _keys_executed_twice(events, None).get(None, 0)
     completed = runs.filter(state="completed")
-    completed_counts = _counts(completed, run_key)
-    unverified = _counts(completed.filter(effects__status__in=("attempted", "effective", "unknown")), run_key)
-    by_state = _counts(runs.filter(state__in=("escalated", "failed")), run_key, "state")
-    outcomes = _counts(runs.exclude(decision={}), run_key, "decision__outcome")
-    # Measured by the trigger API from the request's arrival to the committed decision (newest 10,000 each).
-    measured = runs.filter(decision_latency_ms__isnull=False)
-    if by_workflow:
-        measured = measured.annotate(newest=Window(RowNumber(), partition_by=F("workflow_id"),
-                                                   order_by=F("created_at").desc())).filter(newest__lte=10000)
-    else:
-        measured = measured.order_by("-created_at")[:10000]
-    latencies = _values_by(measured, run_key, "decision_latency_ms")
-    ages = {group: [(now - created).total_seconds() for created in moments]
-            for group, moments in _values_by(approvals, via_run, "created_at").items()}
-    groups = slugs if by_workflow else [None]
-
-    def within(counts: dict, group) -> dict:
-        """{part: n} of one group, from counts keyed (group, part) — or by part alone when not grouped."""
-        return {k[1]: v for k, v in counts.items() if k[0] == group} if by_workflow else counts
-
-    figures = {}
-    for group in groups:
-        effect_total, completed_total = effect_counts.get(group, 0), completed_counts.get(group, 0)
-        twice, unverified_completed = duplicated.get(group, 0), unverified.get(group, 0)
-        states = within(by_state, group)
-        group_ages, group_latencies = ages.get(group, []), latencies.get(group, [])
-        figures[group] = {
-            "runs": run_counts.get(group, 0),
-            "effects": effect_total,
-            "duplicate_side_effect_rate": (twice / effect_total) if effect_total else 0.0,
-            "duplicate_side_effects": twice,
-            "unverified_completion_rate": (unverified_completed / completed_total) if completed_total else 0.0,
-            "unverified_completions": unverified_completed,
-            "recovery_decisions": within(outcomes, group),
-            "p95_trigger_to_decision_ms": percentile(group_latencies, 0.95),
-            "trigger_to_decision_samples": len(group_latencies),
-            "open_approvals": len(group_ages),
-            "open_approvals_max_age_seconds": max(group_ages) if group_ages else 0,
-            "escalated_runs": states.get("escalated", 0),
-            "failed_runs": states.get("failed", 0),
-        }
-    return figures
-
-
-def _figures(ledger: dict, *, workflow_slug, since, shared: dict) -> dict:
-    return {"workflow": workflow_slug, "since": since.isoformat() if since else None, **ledger,
-            "recovery_accuracy": shared["recovery_accuracy"], **shared["knowledge"]}
-
-
-def _shared_figures(*, since) -> dict:
-    """The figures of every workflow at once: the latest replay and the knowledge store's rates."""
-    return {"recovery_accuracy": recovery_accuracy(), "knowledge": knowledge_metrics(since=since)}
+    completed_total = completed.count()
+    unverified_completed = completed.filter(effects__status__in=UNVERIFIED).distinct().count()
+    states = dict(runs.filter(state__in=("escalated", "failed")).values_list("state").annotate(n=Count("id"))
+                  .order_by())
+    outcomes = dict(runs.exclude(decision={}).values_list("decision__outcome").annotate(n=Count("id")).order_by())
+    # Measured by the trigger API from the request's arrival to the committed decision (the newest 10,000).
+    latencies = list(runs.filter(decision_latency_ms__isnull=False).order_by("-created_at")
+                     .values_list("decision_latency_ms", flat=True)[:10000])
+    ages = [(now - created).total_seconds() for created in approvals.values_list("created_at", flat=True)]
+    return {
+        "runs": runs.count(),
+        "effects": effect_total,
+        "duplicate_side_effect_rate": (twice / effect_total) if effect_total else 0.0,
+        "duplicate_side_effects": twice,
+        "unverified_completion_rate": (unverified_completed / completed_total) if completed_total else 0.0,
+        "unverified_completions": unverified_completed,
+        "recovery_decisions": outcomes,
+        "p95_trigger_to_decision_ms": percentile(latencies, 0.95),
+        "trigger_to_decision_samples": len(latencies),
+        "open_approvals": len(ages),
+        "open_approvals_max_age_seconds": max(ages) if ages else 0,
+        "escalated_runs": states.get("escalated", 0),
+        "failed_runs": states.get("failed", 0),
+    }
 
 
 def metrics(*, workflow_slug: str | None = None, since=None, now=None) -> dict:
     """SPEC §7, computed from the ledger and its projections (P95 and recovery accuracy are None without data)."""
     now = now or timezone.now()
-    ledger = _ledger_figures(workflow_slug=workflow_slug, since=since, now=now, slugs=None)[None]
-    return _figures(ledger, workflow_slug=workflow_slug, since=since, shared=_shared_figures(since=since))
-
-
-def metrics_by_workflow(*, slugs: list[str], since=None, now=None) -> dict:
-    """``metrics(workflow_slug=…)`` of each of ``slugs``, {slug: figures}, in a number of reads that does
-    not grow with the workflows (the reports page)."""
-    now = now or timezone.now()
-    shared = _shared_figures(since=since)
-    return {slug: _figures(ledger, workflow_slug=slug, since=since, shared=shared)
-            for slug, ledger in _ledger_figures(workflow_slug=None, since=since, now=now, slugs=slugs).items()}
+    return {"workflow": workflow_slug, "since": since.isoformat() if since else None,
+            **_ledger_figures(workflow_slug=workflow_slug, since=since, now=now),
+            "recovery_accuracy": recovery_accuracy(), **knowledge_metrics(since=since)}
 
 
 def prometheus_samples():

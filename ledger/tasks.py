@@ -60,3 +60,9 @@ def outbox_relay() -> int:
 def chat_deliver(body: dict, response_url: str = "") -> str:
     """POST one chat message; run by the outbox relay, which keeps the row when it raises."""
     return services.chat_deliver(body=body, response_url=response_url)
+
+
+@shared_task(acks_late=True)
+def rollups_refresh() -> int:
+    """Recompute the reports' rollups of the hours touched since the last pass; safe to run twice, or at once."""
+    return services.rollups_refresh(now=timezone.now())

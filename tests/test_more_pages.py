@@ -180,42 +180,6 @@ def test_reports_query_count_is_constant_in_workflows():
     assert_queries_flat(viewer, reverse("ledger:reports"), add_workflow, rows=6)
 
 
-def test_figures_by_workflow_equal_each_workflows_own_figures():
-    """The reports page's grouped reads give what ``metrics(workflow_slug=…)`` gives for each workflow."""
-    from ledger import selectors
-    from ledger.models import Approval, Run
-
-    from django.utils import timezone as django_timezone
-
-    since = django_timezone.now() - timedelta(days=7)
-    busy = make_workflow(stages=["build"], effect_stages=["build"], approval_stages=[])
-    quiet = make_workflow(stages=["build"])
-    make_workflow()  # no runs at all
-    for n in range(3):
-        run, _ = services.run_trigger(workflow_slug=busy.slug, inputs={"n": n}, intent=f"b-{n}", actor="agent:a")
-        services.event_append(run_id=run.id, body={"stage": "build", "kind": "started"}, actor="agent:a")
-        if n:
-            services.event_append(run_id=run.id, body={"stage": "build", "kind": "succeeded", "effect": {
-                "system": "git", "operation": "push", "reference": f"r{n}"}}, actor="agent:a")
-        Run.objects.filter(id=run.id).update(decision_latency_ms=10.0 * (n + 1))
-    failed, _ = services.run_trigger(workflow_slug=quiet.slug, inputs={}, intent="q", actor="agent:a")
-    services.event_append(run_id=failed.id, body={"stage": "build", "kind": "started"}, actor="agent:a")
-    services.event_append(run_id=failed.id, body={"stage": "build", "kind": "failed"}, actor="agent:a")
-    now = django_timezone.now()
-    Approval.objects.create(kind=Approval.Kind.HIGH_IMPACT, run=failed, stage="build", action={}, status="pending",
-                            action_digest="d", policy_version="v1", input_fingerprint=failed.input_fingerprint,
-                            requested_by="agent:a", created_at=now - timedelta(minutes=3),
-                            deadline=now + timedelta(hours=1))
-    slugs = list(Workflow.objects.values_list("slug", flat=True))
-    grouped = selectors.metrics_by_workflow(slugs=slugs, since=since, now=now)
-    assert set(grouped) == set(slugs)
-    for slug, figures in grouped.items():
-        assert figures == selectors.metrics(workflow_slug=slug, since=since, now=now), slug
-    assert grouped[busy.slug]["runs"] == 3 and grouped[busy.slug]["effects"] == 3
-    assert grouped[busy.slug]["p95_trigger_to_decision_ms"] is not None
-    assert grouped[quiet.slug]["failed_runs"] == 1 and grouped[quiet.slug]["open_approvals"] == 1
-
-
 # ---------------------------------------------------------------- workflows
 
 def test_next_ticks_are_utc_and_follow_the_cron_line():

@@ -53,3 +53,23 @@ def stage_word(status: str | None, effect_status: str | None) -> str:
     if effect_status in UNVERIFIED:
         return "unknown"
     return status or "pending"
+
+
+# An execution: the stage's outcome says the call was (or may have been) made.
+EXECUTION_KINDS = ("succeeded", "unknown")
+
+
+def first_repeat(history):
+    """The first item of ``history`` — (kind, reason_code, item) of one key's ``succeeded``, ``unknown``
+    and ``failed`` events, oldest first — that executed the effect again while an earlier execution may
+    have happened; None when none did. Only ``failed`` with ``effect_absent`` (SPEC §5.2) in between
+    proves the earlier one absent."""
+    may_have_happened = False
+    for kind, reason_code, item in history:
+        if kind == "failed":
+            may_have_happened = may_have_happened and reason_code != "effect_absent"
+        else:
+            if may_have_happened:
+                return item
+            may_have_happened = True
+    return None

@@ -6,7 +6,9 @@ from datetime import timezone as dt_timezone
 
 from celery.schedules import crontab
 from croniter import CroniterBadDateError, croniter
-from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
+from django.db import transaction
+from django.utils import timezone
+from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask, PeriodicTasks
 
 from ledger.models import Workflow
 
@@ -19,6 +21,7 @@ SWEEPS = {
     "stateboard: claim retention": ("knowledge.tasks.claims_retention_sweep", 60),
     "stateboard: relay outbox": ("ledger.tasks.outbox_relay", 10),
     "stateboard: executor attempts": ("ledger.tasks.executor_sweep", 60),
+    "stateboard: report rollups": ("ledger.tasks.rollups_refresh", 60),
 }
 SLOT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -49,8 +52,12 @@ def tick_slot(expression: str, now: datetime) -> str:
     return slot.astimezone(dt_timezone.utc).strftime(SLOT_FORMAT)
 
 
+@transaction.atomic
 def periodic_tasks_ensure() -> int:
-    """Create or update the beat entries; returns how many workflow schedules are installed."""
+    """Create or update the beat entries; returns how many workflow schedules are installed. Serialized on
+    django-celery-beat's one ``PeriodicTasks`` row, so beats starting at once never duplicate a schedule."""
+    PeriodicTasks.objects.get_or_create(ident=1, defaults={"last_update": timezone.now()})
+    PeriodicTasks.objects.select_for_update().get(ident=1)
     for name, (task, seconds) in SWEEPS.items():
         every, _ = IntervalSchedule.objects.get_or_create(every=seconds, period=IntervalSchedule.SECONDS)
         PeriodicTask.objects.update_or_create(name=name, defaults={"task": task, "interval": every, "crontab": None})

@@ -2,7 +2,8 @@
 
 outbox < chat < notifications < writer (fingerprints, hash chain, run lock, RunWriter) < versions (goal versions,
 stage generations) < audit < escalations < checkpoints < runs < goals < leases < oncall < approvals < rollback
-< handoff, slack < events < batches < executor < workflows < apply (workflows as code).
+< handoff, slack < events < batches < executor < workflows < apply (workflows as code); rollups (the
+reports' hourly rollups) needs none.
 """
 
 from ledger.services.apply import file_form, file_parse, outcome_lines, workflows_apply
@@ -23,6 +24,7 @@ from ledger.services.oncall import compensation_plan, run_abandon, run_compensat
 from ledger.services.outbox import outbox_put, outbox_relay
 from ledger.services.rollback import rollback_preview, run_rollback
 from ledger.services.slack import slack_signatures_prune
+from ledger.services.rollups import rollups_refresh
 from ledger.services.runs import holding_runs, recovery_input_gather, run_trigger, runs_expire_leases, schedule_tick
 from ledger.services.workflows import workflow_create, workflow_update, workflow_validate
 from ledger.services.writer import (GENESIS_HASH, RunWriter, chain_verify, effect_key_default, event_compute_hash,
@@ -39,7 +41,7 @@ __all__ = [
     "holding_runs",
     "parse_moment", "permit_find", "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate",
     "approval_notify", "notification_read", "notifications_send",
-    "run_retry", "run_trigger", "runs_expire_leases", "executor_run", "executor_sweep", "run_lease", "outbox_put",
+    "rollups_refresh", "run_retry", "run_trigger", "runs_expire_leases", "executor_run", "executor_sweep", "run_lease", "outbox_put",
     "outbox_relay", "schedule_tick", "workflow_create", "workflow_update", "workflow_validate",
     "file_form", "file_parse", "outcome_lines", "workflows_apply",
 ]

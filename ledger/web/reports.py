@@ -1,11 +1,31 @@
-"""/reports/: SPEC §7 metrics per workflow over 24 h / 7 d / 30 d, as server-rendered SVG charts."""
+"""/reports/: SPEC §7 figures per workflow over 24 h / 7 d / 30 d from the hourly rollups, with SVG charts."""
 
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from knowledge.selectors import knowledge_metrics
 from ledger import reports as report_data
 from ledger import selectors
 from stateboard.policy import ANY, Policy, page
+
+
+def _charts(buckets: list[dict], data: dict, window_p95) -> list[dict]:
+    starts, unit = data["starts"], data["unit"]
+
+    def counts(values, title):
+        return report_data.bar_chart(values, starts=starts, unit=unit, title=title,
+                                     caption=f"{sum(values):,} in the window")
+
+    p95 = [report_data.p95_of(b) for b in buckets]
+    return [
+        counts([b["runs"] for b in buckets], "Runs triggered"),
+        counts([b["completed"] for b in buckets], "Runs completed"),
+        counts([b["failed"] + b["escalated"] for b in buckets], "Runs failed or escalated (now)"),
+        report_data.bar_chart(p95, starts=starts, unit=unit, value_unit="ms",
+                              title=f"P95 decision latency per {unit} (ms)",
+                              caption=("window P95 ≤ " + f"{window_p95:g} ms") if window_p95 is not None else
+                              "no decisions measured"),
+    ]
 
 
 @require_GET
@@ -14,28 +34,22 @@ def reports(request):
     window = request.GET.get("window", "7d")
     if window not in report_data.WINDOWS:
         window = "7d"
-    data = report_data.series(window=window)
-    labels = (data["since"].strftime("%Y-%m-%d %H:%M UTC"), data["now"].strftime("%Y-%m-%d %H:%M UTC"))
+    data = report_data.window_series(window=window)
+    approvals = report_data.open_approvals(now=data["now"])
+    shared = {"recovery_accuracy": selectors.recovery_accuracy(), **knowledge_metrics(since=data["since"])}
+    overall_total = report_data.empty()
     workflows = []
-    listed = list(selectors.workflow_list())
-    per_workflow = selectors.metrics_by_workflow(slugs=[w.slug for w in listed], since=data["since"],
-                                                 now=data["now"])
-    for workflow in listed:
-        buckets = data["workflows"].get(workflow.slug, [])
-        figures = per_workflow[workflow.slug]
-        workflows.append({
-            "slug": workflow.slug, "figures": figures,
-            "charts": [
-                report_data.bar_chart([b["runs"] for b in buckets], labels=labels, title="runs triggered"),
-                report_data.bar_chart([b["completed"] for b in buckets], labels=labels, title="runs completed"),
-                report_data.bar_chart([b["failed"] + b["escalated"] for b in buckets], labels=labels,
-                                  title="runs failed or escalated"),
-                report_data.bar_chart([b["p95_ms"] for b in buckets], labels=labels,
-                                  title="P95 trigger → decision (ms)"),
-            ] if buckets else [],
-        })
+    for workflow in selectors.workflow_list():
+        buckets = data["series"].get(workflow.id)
+        total = report_data.empty()
+        for bucket in buckets or ():
+            report_data.add(total, bucket)
+        report_data.add(overall_total, total)
+        figures = {**report_data.figures_of(total, approvals.get(workflow.id, (0, 0.0))), **shared}
+        workflows.append({"slug": workflow.slug, "figures": figures,
+                          "charts": _charts(buckets, data, figures["p95_trigger_to_decision_ms"]) if buckets else []})
+    pending = (sum(n for n, _ in approvals.values()), max((age for _, age in approvals.values()), default=0.0))
     context = {"window": window, "windows": list(report_data.WINDOWS), "workflows": workflows,
-               "overall": selectors.metrics(since=data["since"], now=data["now"])}
+               "since": data["since"], "overall": {**report_data.figures_of(overall_total, pending), **shared}}
     template = "ledger/reports.html#reports-body" if request.htmx else "ledger/reports.html"
     return render(request, template, context)
-

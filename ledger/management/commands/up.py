@@ -1,4 +1,5 @@
-"""Run the whole product: migrate, then web + Celery worker + beat (and the demo fleet) until Ctrl-C."""
+"""Run the whole product: migrate, then web + Celery worker + beat (and the demo fleet) until Ctrl-C; or,
+with ``--role``, one kind of process of a deployment of many instances (SPEC §13)."""
 
 import os
 import signal
@@ -11,6 +12,8 @@ import urllib.request
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, connection
+from django.db.migrations.executor import MigrationExecutor
 
 from ledger.ops.schedules import periodic_tasks_ensure
 from stateboard.webserver import processes_stop, web_command
@@ -25,6 +28,21 @@ def stop_on_sigterm(signum, frame):
     raise KeyboardInterrupt  # stop the children like Ctrl-C does
 
 
+ROLES = ("web", "worker", "beat")
+
+
+def process_commands(python: str, bind: str, *, name: str = "") -> dict[str, list[str]]:
+    """The command line of each process kind; ``name`` tells the worker apart from other instances."""
+    worker = [python, "-m", "celery", "-A", "stateboard", "worker", "--pool", "solo", "--loglevel", "INFO"]
+    return {
+        "web": web_command(python, bind),  # threaded workers sized to the machine (stateboard.webserver)
+        "worker": worker + (["--hostname", f"{name}@%h"] if name else []),
+        "beat": [python, "-m", "celery", "-A", "stateboard", "beat", "--loglevel", "INFO",
+                 "--scheduler", "ledger.ops.beat:TickScheduler",
+                 "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
+    }
+
+
 class Command(BaseCommand):
     help = ("Migrate, start the web server, a Celery worker and beat, then the simulated agent fleet "
             "(`demo`) unless --no-demo.")
@@ -35,14 +53,19 @@ class Command(BaseCommand):
         parser.add_argument("--no-demo", action="store_true", help="do not run the demo fleet (`manage.py demo`)")
         parser.add_argument("--check", action="store_true",
                             help="set everything up, start, answer /healthz, run `demo --once`, stop")
+        parser.add_argument("--role", choices=ROLES,
+                            help="run only this kind of process, one instance of many sharing DATABASE_URL and "
+                                 "CELERY_BROKER_URL: never migrates nor seeds the demo")
 
-    def handle(self, *args, port, host, no_demo, check, **options):
+    def handle(self, *args, port, host, no_demo, check, role=None, **options):
         python = sys.executable
         bind = f"{host}:{port}"
         try:
-            web = web_command(python, bind)  # threaded workers sized to the machine (stateboard.webserver)
+            processes = process_commands(python, bind, name=f"{role}-{os.getpid()}" if role else "")
         except ValueError as exc:  # WEB_SERVER / WEB_WORKERS / WEB_THREADS that do not parse
             raise CommandError(str(exc))
+        if role:
+            return self._one_role(role, processes[role], bind)
         engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
         self.stdout.write(f"Database: {engine}; broker: {settings.CELERY_BROKER_URL.split('@')[-1]}")
         self.stdout.write("Applying migrations…")
@@ -53,13 +76,6 @@ class Command(BaseCommand):
             env["SECURE_COOKIES"] = "0"  # the embedded demo is served over plain http on localhost
         if not (os.environ.get("EMAIL_HOST") or os.environ.get("EMAIL_BACKEND")):
             env["EMAIL_BACKEND"] = "django.core.mail.backends.console.EmailBackend"  # notifications on stdout
-        processes = {
-            "web": web,
-            "worker": [python, "-m", "celery", "-A", "stateboard", "worker", "--pool", "solo", "--loglevel", "INFO"],
-            "beat": [python, "-m", "celery", "-A", "stateboard", "beat", "--loglevel", "INFO",
-                     "--scheduler", "ledger.ops.beat:TickScheduler",
-                     "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
-        }
         signal.signal(signal.SIGTERM, stop_on_sigterm)
 
         def start(name):  # each child leads its own process group, so a kill reaches its workers too
@@ -91,6 +107,35 @@ class Command(BaseCommand):
             self.stdout.write("Stopping…")
         finally:
             processes_stop(list(children.values()), wait=15)
+
+    def _one_role(self, role: str, command: list[str], bind: str) -> None:
+        """`up --role`: this one process until it exits (its supervisor restarts it) or SIGTERM / Ctrl-C."""
+        missing = [name for name in ("DATABASE_URL", "CELERY_BROKER_URL") if not os.environ.get(name)]
+        if missing:
+            raise CommandError(f"up --role {role} needs {' and '.join(missing)}: every instance shares one database "
+                               "and one broker (the embedded defaults are for one machine; run `up` without --role).")
+        try:
+            executor = MigrationExecutor(connection)
+            pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        except DatabaseError as exc:
+            raise CommandError(f"up --role {role} cannot reach the database: {exc}")
+        if pending:
+            raise CommandError(f"The database has {len(pending)} migrations not applied; --role never migrates: "
+                               "run `manage.py migrate` once first.")
+        if role == "beat":
+            periodic_tasks_ensure()  # the beat entries (serialized: beats that start at once write them once)
+        where = f" on http://{bind}/" if role == "web" else ""
+        self.stdout.write(f"Stateboard {role}{where}; database and broker shared "
+                          f"({settings.CELERY_BROKER_URL.split('@')[-1]}).")
+        signal.signal(signal.SIGTERM, stop_on_sigterm)
+        child = subprocess.Popen(command, cwd=settings.BASE_DIR, start_new_session=True)
+        try:
+            code = child.wait()
+        except KeyboardInterrupt:
+            self.stdout.write("Stopping…")
+            processes_stop([child], wait=15)
+            return
+        raise SystemExit(f"{role} exited with status {code}." if code else 0)
 
     def _demo_once(self, command, env):
         """`up --check`: one demo pass against the server just started; its check decides the exit."""
