@@ -2,8 +2,11 @@
 leases, effects, goals, approvals decided, escalations retried or abandoned), export → import into the
 emptied database → every intent's next trigger gets the decision it would have got before."""
 
+from datetime import timedelta
+
 import pytest
 from django.db import transaction
+from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,12 +50,16 @@ def _play(step, world) -> None:
                 agent.pass_stage(run["id"], stage, effect_stage=stage in plain.effect_stages, verify=flag)
                 if stage in plain.effect_stages and not flag:
                     break  # the effect waits for its verification: the agent went away here
+        if Run.objects.filter(id=run["id"], state__in=("fresh", "resume", "verify_only", "execute", "verify",
+                                                       "checkpointed")).exists():
+            # the agent is gone: its lease runs out, and the next trigger decides what is left
+            Run.objects.filter(id=run["id"]).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     elif action == "staged":
         agent.trigger(inputs=inputs, intent=f"{intent}-staged", staged=True)
     elif action == "queued_then_leased":
         AgentDriver(editor, plain.slug).trigger(inputs=inputs, intent=f"{intent}-queued")
-        if flag:
-            agent.lease()
+        if flag:  # 200, or 204 when the trigger found the intent busy and queued nothing
+            agent.client.post("/api/v1/runs/lease/", {"workflows": [plain.slug]}, format="json")
     elif action == "goal":
         editor.post(f"/api/v1/workflows/{plain.slug}/goals/", {"intent": intent, "objective": f"o{depth}"},
                     format="json")
