@@ -28,6 +28,8 @@ def test_demo_once_produces_every_promised_fault(live_server, capsys):
     assert LedgerEvent.objects.filter(actor="system:executor", kind="verified", stage="publish").exists()
     assert Run.objects.filter(state="escalated", decision__reason_code="retry_budget_exhausted").exists()
     assert selectors.metrics()["duplicate_side_effects"] == 0
+    decided = set(Approval.objects.exclude(decided_by="").values_list("decided_by", flat=True))
+    assert "user:demo-editor" in decided and "user:editor" not in decided  # the fleet's own operator
 
 
 def test_demo_setup_twice_changes_nothing_but_tokens():
@@ -74,7 +76,7 @@ def test_the_living_fleet_picks_up_a_queued_run_within_seconds(live_server):
 
     world = demo_setup(agents=1)
     owner, _ = make_operator("owner")
-    fleet = Fleet(url=live_server.url, agents=world["agents"], editor_token=world["tokens"]["editor"],
+    fleet = Fleet(url=live_server.url, agents=world["agents"], editor_token=world["tokens"]["demo-editor"],
                   executors={}, lease_wait=2, out=lambda line: None)
     fleet.start()
     try:

@@ -46,7 +46,7 @@ class Command(BaseCommand):
         first = next(iter(world["agents"]))  # to try the API by hand (a fresh token on every start)
         self.stdout.write(f"Agent {first!r} API token: {world['agents'][first]}")
         executors = {w.slug: sorted(w.executors or {}) for w in Workflow.objects.filter(slug__in=WORKFLOWS)}
-        fleet = Fleet(url=url, agents=world["agents"], editor_token=world["tokens"]["editor"], executors=executors,
+        fleet = Fleet(url=url, agents=world["agents"], editor_token=world["tokens"]["demo-editor"], executors=executors,
                       pace=0.0 if once else 1.5, lease_wait=0.0 if once else LEASE_WAIT_SECONDS,
                       out=self.stdout.write)
         signal.signal(signal.SIGTERM, stop_on_sigterm)

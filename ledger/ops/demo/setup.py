@@ -96,6 +96,9 @@ def _claims(agent_user, owner) -> None:
             claim_revoke(user=owner, key=spec["key"], reason=spec["revoke"])
 
 
+FLEET_EDITOR = "demo-editor"
+
+
 @transaction.atomic
 def demo_setup(*, agents: int = 3) -> dict:
     """Operators, ``agents`` agent identities, the three workflows and the claims; returns the tokens."""
@@ -104,6 +107,8 @@ def demo_setup(*, agents: int = 3) -> dict:
         user, token = operator_create(name=role, role=role, password=DEMO_PASSWORD, with_token=role in ("editor", "oncall"))
         if token:
             tokens[role] = token
+    # the fleet settles its own approvals as a colleague of its own, never as the `editor` you sign in as
+    _, tokens[FLEET_EDITOR] = operator_create(name=FLEET_EDITOR, role="editor", with_token=True)
     owner = get_user_model().objects.get(username="owner")
     names = [f"demo-agent-{i}" for i in range(1, agents + 1)]
     agent_tokens = {name: _agent(name, owner) for name in names}
