@@ -14,7 +14,7 @@ from django.conf import settings  # noqa: E402  (after the settings module is na
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from stateboard.waits import WAITS_OUTSIDE, LeaseWaitingApp, LeaseWaits  # noqa: E402
+from stateboard.waits import WAITS_OUTSIDE, LeaseWaitingApp, LeaseWaits, body_read  # noqa: E402
 from stateboard.webserver import web_threads  # noqa: E402
 
 
@@ -31,23 +31,15 @@ class WsgiOnThreads:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return
-        chunks, size = [], 0
-        while size <= self.body_limit:
-            message = await receive()
-            if message["type"] != "http.request":
-                break  # the client went away: what came is all Django sees (and refuses as incomplete)
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if not message.get("more_body"):
-                break
+        body = await body_read(receive, self.body_limit)
         try:
-            environ = build_environ(scope, io.BytesIO(b"".join(chunks)))
+            environ = build_environ(scope, io.BytesIO(body))
         except UnicodeDecodeError:  # a query string that is not ASCII (clients must percent-encode)
             return await _answer(send, 400, b'{"code": "invalid_filter", "detail": "The query string is not ASCII."}')
         environ[WAITS_OUTSIDE] = True  # lease views answer "may wait" instead of sleeping in a thread
-        status, headers, body = await asyncio.get_running_loop().run_in_executor(self.pool, self._respond, environ)
+        status, headers, content = await asyncio.get_running_loop().run_in_executor(self.pool, self._respond, environ)
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await send({"type": "http.response.body", "body": content})
 
     def _respond(self, environ) -> tuple[int, list, bytes]:
         started, written = {}, []
@@ -72,4 +64,4 @@ async def _answer(send, status: int, body: bytes) -> None:
 
 
 application = LeaseWaitingApp(WsgiOnThreads(get_wsgi_application(), web_threads(), settings.API_MAX_BODY_BYTES),
-                              LeaseWaits(listen=connection.vendor == "postgresql"))
+                              LeaseWaits(listen=connection.vendor == "postgresql"), settings.API_MAX_BODY_BYTES)

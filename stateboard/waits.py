@@ -23,7 +23,6 @@ WAITS_OUTSIDE = "stateboard.lease_waits_outside"  # WSGI environ key: set by the
 WAIT_HEADER = "stateboard-lease-wait"  # the view's answer to the ASGI entry, never sent to a client
 CHANNEL = "stateboard_queued"  # NOTIFY payload: the queued run's workflow slug
 LEASE_PATH = "/api/v1/runs/lease/"
-BODY_LIMIT = 64 * 1024  # a lease body is a few bytes; a larger one goes to Django to be refused
 POLL_SECONDS = 1.0  # without NOTIFY (SQLite)
 RECONNECT_SECONDS = 1.0
 
@@ -168,8 +167,8 @@ class LeaseWaitingApp:
     """ASGI: every request to ``wsgi_app`` (an ASGI adapter of Django's WSGI app); a lease that may wait
     is re-sent through it when woken, until it gets a run or its deadline passes."""
 
-    def __init__(self, asgi_app, waits: LeaseWaits):
-        self.app, self.waits = asgi_app, waits
+    def __init__(self, asgi_app, waits: LeaseWaits, body_limit: int):
+        self.app, self.waits, self.body_limit = asgi_app, waits, body_limit
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":  # nothing to start or stop: the LISTEN task starts on first use
@@ -181,9 +180,7 @@ class LeaseWaitingApp:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != LEASE_PATH:
             return await self.app(scope, receive, send)
         arrived = time.monotonic()  # wait_seconds counts from here, not from the first look's answer
-        body, more = await _body_read(receive)
-        if more is not None:  # too large or cut short: Django answers it as any other such body
-            return await self.app(scope, _receive_of(body, more, receive), send)
+        body = await body_read(receive, self.body_limit)
         deadline, slug_budget = None, 0
         while True:
             generation = self.waits.generation
@@ -206,36 +203,30 @@ class LeaseWaitingApp:
             slug_budget = woken if woken and woken[1] > 0 else 0
 
 
-async def _body_read(receive) -> tuple[bytes, list | None]:
-    """The whole body, or what was read and the message that stopped it (over the limit, a disconnect)."""
+async def body_read(receive, limit: int) -> bytes:
+    """The request's body as it came, read up to ``limit`` bytes and one more: enough for Django to refuse a
+    larger one (413); a client that went away mid-body leaves what it sent (400 ``body_incomplete``)."""
     chunks, size = [], 0
-    while True:
+    while size <= limit:
         message = await receive()
         if message["type"] != "http.request":
-            return b"".join(chunks), [message]
+            break
         chunks.append(message.get("body", b""))
         size += len(chunks[-1])
-        if size > BODY_LIMIT and message.get("more_body"):
-            return b"".join(chunks), []
         if not message.get("more_body"):
-            return b"".join(chunks), None
+            break
+    return b"".join(chunks)
 
 
-def _receive_of(body: bytes, then: list | None = None, rest=None):
-    """An ASGI ``receive`` that gives ``body`` once, then ``then``'s messages, then ``rest`` (the
-    original stream, when the body was not all read) or a disconnect."""
-    sent, then = False, list(then or [])
-    more = rest is not None and not then
+def _receive_of(body: bytes):
+    """An ASGI ``receive`` that gives ``body`` once, then a disconnect (each look of a lease reads it anew)."""
+    sent = False
 
     async def receive():
         nonlocal sent
         if not sent:
             sent = True
-            return {"type": "http.request", "body": body, "more_body": more}
-        if then:
-            return then.pop(0)
-        if rest is not None:
-            return await rest()
+            return {"type": "http.request", "body": body, "more_body": False}
         return {"type": "http.disconnect"}
 
     return receive
