@@ -117,9 +117,10 @@ def hour_figures(*, hours: list[datetime] | None = None, since: datetime | None 
     # key those runs executed more than once at all (rare), walked by the rule in ledger.domain.effects.
     executions = LedgerEvent.objects.filter(kind__in=EXECUTION_KINDS, run__staged=False).exclude(idempotency_key="")
     keys = executions.filter(_runs_within("run__created_at", hours, since)).values("idempotency_key")
-    repeated = (executions.filter(idempotency_key__in=keys).values("idempotency_key")
-                .annotate(n=Count("id")).filter(n__gt=1).values("idempotency_key"))
-    history = (LedgerEvent.objects.filter(idempotency_key__in=repeated, kind__in=(*EXECUTION_KINDS, "failed"),
+    # Read first (a few keys at most): as a subquery the planner scans every event to join them.
+    repeated = list(executions.filter(idempotency_key__in=keys).values("idempotency_key")
+                    .annotate(n=Count("id")).filter(n__gt=1).values_list("idempotency_key", flat=True))
+    history = () if not repeated else (LedgerEvent.objects.filter(idempotency_key__in=repeated, kind__in=(*EXECUTION_KINDS, "failed"),
                                           run__staged=False)
                .annotate(hour=_hour_of("run__created_at"))
                .order_by("idempotency_key", "at", "id")

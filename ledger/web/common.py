@@ -3,13 +3,30 @@ input diffs, evidence views."""
 
 import re
 
+from django.core.paginator import Paginator
 from django.urls import reverse
+from django.utils.functional import cached_property
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from stateboard.errors import Invalid
 from stateboard.redact import redact
 
 IMAGE_EXT = re.compile(r"\.(png|jpe?g|gif|webp|svg)(\?.*)?$", re.I)
+
+
+class CappedPaginator(Paginator):
+    """Counts at most ``cap`` rows (``COUNT`` over a ``LIMIT``): a list of a million runs says "10,000+"
+    instead of counting them all on every page view and poll."""
+
+    cap = 10_000
+
+    @cached_property
+    def count(self) -> int:
+        return self.object_list[: self.cap + 1].count()
+
+    @property
+    def capped(self) -> bool:
+        return self.count > self.cap
 
 
 def form_error_text(form) -> str:

@@ -1,7 +1,6 @@
 """Runs list (filters, search, saved views), id-prefix redirect and the live run page."""
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -13,7 +12,7 @@ from ledger import selectors
 from ledger.web import drawing
 from ledger.web.forms import SavedViewForm
 from ledger.models import Run, SavedView
-from ledger.web.common import evidence_view, form_error_text
+from ledger.web.common import CappedPaginator, evidence_view, form_error_text
 from stateboard.redact import redact_json
 from stateboard.roles import actor_for, is_agent
 from stateboard.policy import ANY, Policy, page
@@ -41,7 +40,7 @@ def run_list(request):
     """Runs with filters and ``?q=`` search; htmx (filter changes and the 5 s poll) gets only the table."""
     run_filter = selectors.runs_filtered(request.GET)
     form = run_filter.form
-    page = Paginator(run_filter.qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    page = CappedPaginator(run_filter.qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     context = {"form": form, "page": page, "runs": page.object_list, "query": query.urlencode(),
