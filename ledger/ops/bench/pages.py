@@ -109,7 +109,7 @@ def run(*, out, scale: float = 1.0, samples: int | None = None) -> Report:
         client = Client(HTTP_HOST="127.0.0.1")
         client.force_login(user)
         pages = [("runs list", "/runs/"), ("run detail, 500 events", f"/runs/{run500}/"),
-                 ("approvals inbox", "/approvals/"), ("compare", f"/runs/compare/?a={run50}&b={run500}"),
+                 ("approvals inbox", "/approvals/"), ("on-call", "/oncall/"), ("compare", f"/runs/compare/?a={run50}&b={run500}"),
                  ("reports", "/reports/"), ("run detail, 50 events", f"/runs/{run50}/"),
                  ("run detail, 2,000 events", f"/runs/{run2000}/")]
         report = Report()
@@ -121,7 +121,7 @@ def run(*, out, scale: float = 1.0, samples: int | None = None) -> Report:
     finally:
         settings.DEBUG = debug_was
     total = f"{loader.totals['runs']:,} runs / {loader.totals['events']:,} events"
-    for label, _ in pages[:5]:
+    for label, _ in pages[:6]:
         m = report.figures[label]
         report.add(Row(f"{label}: p50 / p95, statements", f"{m['p50']:.1f} / {m['p95']:.1f} ms, {m['queries']}",
                        "", "", "(info)", ""))
