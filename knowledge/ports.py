@@ -24,10 +24,11 @@ class Notice(NamedTuple):
     subject: str
     url: str
     dedupe_key: str
+    claim_key: str = ""
 
 
-NAMES = ("event_is_verified", "oldest_live_version_boundary", "notifications_send_many", "audit_record",
-         "chat_claims_stale")
+NAMES = ("event_is_verified", "oldest_live_version_boundary", "notifications_send_many", "notifications_settle",
+         "audit_record", "chat_claims_stale")
 _impl: dict[str, Callable] = {}
 
 
@@ -55,6 +56,11 @@ def event_is_verified(*, event_id: int) -> bool:
 def oldest_live_version_boundary(*, now: datetime) -> int | None:
     """Smallest ``version_boundary`` among checkpoints not yet expired (None: no such checkpoint)."""
     return _get("oldest_live_version_boundary")(now=now)
+
+
+def notifications_settle(*, claim_keys: list[str], done: str, now: datetime | None = None) -> int:
+    """The claims' open notifications (stale ones) are done: a newer version settled them."""
+    return _get("notifications_settle")(claim_keys=claim_keys, done=done, now=now)
 
 
 def notifications_send_many(notices: Iterable[Notice], *, now: datetime | None = None) -> list[int]:

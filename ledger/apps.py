@@ -24,10 +24,12 @@ class LedgerConfig(AppConfig):
         from ledger.services import chat, notifications  # (b)
 
         def notifications_send_many(notices, *, now=None):
-            return notifications.notifications_send_many([notifications.Item(*n) for n in notices], now=now)
+            return notifications.notifications_send_many([notifications.Item(
+                n.user_id, n.kind, n.subject, n.url, n.dedupe_key, claim_key=n.claim_key) for n in notices], now=now)
 
         ports.wire(event_is_verified=selectors.event_is_verified,
                    oldest_live_version_boundary=selectors.oldest_live_version_boundary,
                    notifications_send_many=notifications_send_many,
+                   notifications_settle=notifications.notifications_settle,
                    audit_record=services.audit_record,
                    chat_claims_stale=chat.chat_claims_stale_post)

@@ -1,5 +1,7 @@
 """Notifications (SPEC §5.3): rows per user and dedupe key, the API, the page, and who is told what."""
 
+import json
+
 import pytest
 from django.core import mail
 
@@ -41,7 +43,8 @@ def test_notifications_api_lists_the_callers_own_newest_first_with_unread_filter
     client = client_for(alice_token)
     body = client.get("/api/v1/notifications/").json()
     assert [n["subject"] for n in body["results"]] == ["newer", "older"] and body["next"] is None
-    assert set(body["results"][0]) == {"id", "kind", "subject", "url", "created_at", "read_at"}
+    assert set(body["results"][0]) == {"id", "kind", "subject", "url", "created_at", "read_at",
+                                       "run", "intent", "claim", "done"}
     older = body["results"][1]["id"]
     read = client.post(f"/api/v1/notifications/{older}/read/")
     assert read.status_code == 200 and read.json()["read_at"] is not None and read.json()["id"] == older
@@ -189,3 +192,109 @@ def test_escalation_notifies_oncall_once_per_escalation_request():
     rows = Notification.objects.filter(kind="escalation")
     assert list(rows.values_list("user_id", "dedupe_key")) == [(crew.oncall.id, f"escalation:{escalation.id}")]
     assert not Notification.objects.exclude(user=crew.oncall).filter(kind="escalation").exists()
+
+
+# ---------------------------------------------------------------- what a notification is about, and done
+
+def _unread(user) -> int:
+    return Notification.objects.filter(user=user, read_at__isnull=True).count()
+
+
+def test_an_approval_notification_names_its_run_and_intent_and_is_done_once_decided():
+    """The row and the API carry the run and intent; deciding the request marks every editor's row done."""
+    from ledger.models import Run
+
+    crew = Crew()
+    run_id = crew.to_deploy()
+    approval = crew.request(run_id)
+    intent = Run.objects.get(id=run_id).intent
+    [mine] = client_for(crew.editor2_token).get("/api/v1/notifications/").json()["results"]
+    assert (mine["run"], mine["intent"], mine["claim"], mine["done"]) == (run_id, intent, "", "")
+    assert f"run {run_id[:8]}" in mine["subject"] and intent in mine["subject"]
+    assert (_unread(crew.editor), _unread(crew.editor2)) == (1, 1)
+
+    assert crew.decide(approval["id"]).status_code == 200
+    rows = Notification.objects.filter(dedupe_key=f"approval:{approval['id']}")
+    assert {(r.done, r.read_at is not None) for r in rows} == {(f"approved by user:{crew.editor.username}", True)}
+    assert (_unread(crew.editor), _unread(crew.editor2)) == (0, 0)
+    [after] = client_for(crew.editor2_token).get("/api/v1/notifications/").json()["results"]
+    assert after["done"] == f"approved by user:{crew.editor.username}" and after["read_at"]
+
+
+def test_a_rejected_or_expired_request_marks_its_notifications_done():
+    """Rejected: "rejected by …"; past its deadline: "expired" — and the expiry's escalation is a new, unread one."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    crew = Crew()
+    rejected = crew.request(crew.to_deploy())
+    assert crew.decide(rejected["id"], "reject", reason="not today").status_code == 200
+    assert set(Notification.objects.filter(dedupe_key=f"approval:{rejected['id']}").values_list("done", flat=True)) \
+        == {f"rejected by user:{crew.editor.username}"}
+
+    crew = Crew()
+    waiting = crew.request(crew.to_deploy())
+    services.approvals_expire(now=timezone.now() + timedelta(seconds=crew.wf.approval_ttl_seconds + 60))
+    assert set(Notification.objects.filter(dedupe_key=f"approval:{waiting['id']}").values_list("done", flat=True)) \
+        == {"expired"}
+    [escalation] = Notification.objects.filter(kind="escalation", user=crew.oncall)
+    assert escalation.read_at is None and escalation.done == ""
+
+
+def test_an_escalation_notification_is_done_when_oncall_retries_or_abandons():
+    """On-call's retry settles the escalation's notification with who retried it; abandon likewise."""
+    crew = OnCall()
+    run_id = crew.escalated_by_retries()
+    [note] = Notification.objects.filter(kind="escalation", user=crew.oncall)
+    assert str(note.run_id) == run_id and note.intent and note.read_at is None
+    assert crew.act(run_id, "retry", reason="fixed upstream").status_code == 200
+    note.refresh_from_db()
+    assert note.done == f"retried by user:{crew.oncall.username}" and note.read_at is not None
+
+    again = OnCall()
+    other = again.escalated_by_retries()
+    assert again.act(other, "abandon", reason="obsolete").status_code == 200
+    assert Notification.objects.get(kind="escalation", user=again.oncall).done == \
+        f"abandoned by user:{again.oncall.username}"
+
+
+def test_mark_all_read_and_the_menu_badge():
+    """The Mark all read form reads every unread row of the caller only; the badge endpoint follows, and
+    htmx answers the table with a notifications-changed trigger."""
+    alice, _ = make_operator("viewer")
+    bob, _ = make_operator("viewer")
+    for n in range(3):
+        _send(alice, f"a{n}")
+    _send(bob, "b")
+    browser = page_client(alice)
+    assert 'aria-label="3 unread"' in browser.get("/notifications/link/").content.decode()
+    answer = browser.post("/notifications/read-all/", HTTP_HX_REQUEST="true")
+    assert answer.status_code == 200 and "notifications-changed" in json.loads(answer["HX-Trigger"])
+    assert 'id="notification-table"' in answer.content.decode() and "<html" not in answer.content.decode()
+    assert (_unread(alice), _unread(bob)) == (0, 1)
+    assert "data-unread-count" not in browser.get("/notifications/link/").content.decode()
+    plain = browser.post("/notifications/read-all/")
+    assert plain.status_code == 302 and plain["Location"] == "/notifications/"
+
+
+def test_the_notifications_page_names_runs_and_claims_in_fixed_queries(django_assert_max_num_queries):
+    """Each row links its run (with the intent) or its claim and says what settled it; the query count does
+    not grow with the rows."""
+    import uuid
+
+    alice, _ = make_operator("viewer")
+    run_ids = [uuid.uuid4() for _ in range(30)]
+    for n, run_id in enumerate(run_ids):
+        services.notifications_send(users=[alice], kind="escalation", subject=f"Escalated {n}", url="/approvals/",
+                                    dedupe_key=f"escalation:{n}", run_id=run_id, intent=f"deploy:svc-{n}")
+    services.notifications_send(users=[alice], kind="stale_claim", subject="stale", url="/claims/",
+                                dedupe_key="stale:billing/timeout:1", claim_key="billing/timeout")
+    services.notifications_settle(dedupe_keys=["escalation:0"], done="retried by user:oli")
+    browser = page_client(alice)
+    browser.get("/notifications/")  # session and caches warm
+    with django_assert_max_num_queries(8):
+        html = browser.get("/notifications/").content.decode()
+    assert f'href="/runs/{run_ids[5]}/"' in html and "deploy:svc-5" in html
+    assert 'href="/claims/billing/timeout/history/"' in html
+    assert "done: retried by user:oli" in html

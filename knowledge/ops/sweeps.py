@@ -102,7 +102,8 @@ def _stale_batch(now: datetime, size: int) -> dict:
                    f"{claim.refresh_after:%Y-%m-%d %H:%M} UTC passed. Refresh, invalidate or revoke it.")
         url = reverse("knowledge:claim_history", args=[head.key])
         for user_id in _owner_ids(head.owner_id, cache):
-            items.append(ports.Notice(user_id, "stale_claim", subject, url, f"stale:{head.key}:{claim.version}"))
+            items.append(ports.Notice(user_id, "stale_claim", subject, url, f"stale:{head.key}:{claim.version}",
+                                      claim_key=head.key))
     created = ports.notifications_send_many(items, now=now)
     ports.chat_claims_stale(claim_ids=stale)
     ClaimHead.objects.filter(id__in=[h.id for h in heads]).update(refresh_due_at=None)

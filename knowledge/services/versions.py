@@ -243,8 +243,14 @@ def append_many(items: list[tuple[ClaimHead, dict]]) -> list[Claim]:
     derivations = [ClaimDerivation(claim=c, source_key=k) for c in claims for k in c.derived_from]
     if derivations:
         ClaimDerivation.objects.bulk_create(derivations)
+    settled: dict[str, list[str]] = {}
     for (head, version), claim in zip(items, claims):
         _move_head(head, claim, version["now"])
+        if claim.status in EFFECTIVE_STATUSES:  # what a stale notice asked for: refreshed, invalidated or revoked
+            verb = "refreshed" if claim.status == ClaimStatus.ACTIVE else claim.status
+            settled.setdefault(f"{verb} by {claim.actor}", []).append(head.key)
+    for done, keys in settled.items():
+        ports.notifications_settle(claim_keys=keys, done=done, now=items[0][1]["now"])
     if len(items) == 1:
         items[0][0].save(update_fields=HEAD_FIELDS)
     else:

@@ -16,7 +16,12 @@ from stateboard.policy import ANY, Policy, PolicyApi
 class NotificationOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = Notification
-        fields = ["id", "kind", "subject", "url", "created_at", "read_at"]
+        fields = ["id", "kind", "subject", "url", "created_at", "read_at", "run", "intent", "claim", "done"]
+
+    run = serializers.UUIDField(source="run_id", read_only=True, allow_null=True,
+                                help_text="The run it is about, if any.")
+    claim = serializers.CharField(source="claim_key", read_only=True,
+                                  help_text="The claim key it is about, or empty.")
 
 
 def _flag(value) -> bool:

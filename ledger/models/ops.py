@@ -24,6 +24,11 @@ class Notification(models.Model):
     dedupe_key = models.CharField(max_length=400)
     created_at = models.DateTimeField()
     read_at = models.DateTimeField(null=True, blank=True)
+    # What it is about: a run (and its intent) or a claim; ``done`` says what settled it (read_at set then).
+    run_id = models.UUIDField(null=True, blank=True)
+    intent = models.CharField(max_length=500, blank=True, default="", db_default="")
+    claim_key = models.CharField(max_length=300, blank=True, default="", db_default="")
+    done = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -33,6 +38,9 @@ class Notification(models.Model):
         indexes = [
             models.Index(fields=["user", "-created_at", "-id"], name="notification_user_newest"),
             models.Index(fields=["user"], condition=Q(read_at__isnull=True), name="notification_user_unread"),
+            models.Index(fields=["dedupe_key"], condition=Q(read_at__isnull=True), name="notification_unread_key"),
+            models.Index(fields=["claim_key"], condition=Q(read_at__isnull=True) & ~Q(claim_key=""),
+                         name="notification_unread_claim"),
         ]
 
     def __str__(self):

@@ -19,7 +19,8 @@ from ledger.services.events import event_append
 from ledger.services.executor import executor_run, executor_sweep
 from ledger.services.goals import goal_create, goals_of
 from ledger.services.leases import run_lease
-from ledger.services.notifications import approval_notify, notification_read, notifications_send
+from ledger.services.notifications import (approval_notify, notification_read, notifications_read_all, notifications_send,
+                                          notifications_settle)
 from ledger.services.oncall import compensation_plan, run_abandon, run_compensate, run_retry
 from ledger.services.outbox import outbox_put, outbox_relay
 from ledger.services.rollback import rollback_preview, run_rollback
@@ -40,7 +41,7 @@ __all__ = [
     "goals_of", "input_fingerprint", "rollback_preview", "run_rollback",
     "holding_runs",
     "parse_moment", "permit_find", "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate",
-    "approval_notify", "notification_read", "notifications_send",
+    "approval_notify", "notification_read", "notifications_read_all", "notifications_send", "notifications_settle",
     "rollups_refresh", "run_retry", "run_trigger", "runs_expire_leases", "executor_run", "executor_sweep", "run_lease", "outbox_put",
     "outbox_relay", "schedule_tick", "workflow_create", "workflow_update", "workflow_validate",
     "file_form", "file_parse", "outcome_lines", "workflows_apply",

@@ -11,6 +11,7 @@ rows this call inserted.
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import datetime
 from typing import Iterable, NamedTuple
 
@@ -19,6 +20,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.mail import EmailMessage, get_connection
 from django.db import connection, transaction
+from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -31,28 +33,38 @@ log = logging.getLogger(__name__)
 SUBJECT_MAX = Notification._meta.get_field("subject").max_length
 URL_MAX = Notification._meta.get_field("url").max_length
 DEDUPE_MAX = Notification._meta.get_field("dedupe_key").max_length
+INTENT_MAX = Notification._meta.get_field("intent").max_length
+CLAIM_KEY_MAX = Notification._meta.get_field("claim_key").max_length
+DONE_MAX = Notification._meta.get_field("done").max_length
+RUN_ID_FIELD = Notification._meta.get_field("run_id")
 INSERT_CHUNK = 1000
 
 
 class Item(NamedTuple):
-    """One notification to insert: for ``user_id``, unique by ``dedupe_key``."""
+    """One notification to insert: for ``user_id``, unique by ``dedupe_key``; about a run (and its
+    intent) or a claim."""
 
     user_id: int
     kind: str
     subject: str
     url: str
     dedupe_key: str
+    run_id: str | None = None
+    intent: str = ""
+    claim_key: str = ""
 
 
 def _user_id(user) -> int:
     return user if isinstance(user, int) else user.pk
 
 
-def notifications_send(*, users, kind: str, subject: str, url: str, dedupe_key: str,
-                       now: datetime | None = None) -> list[int]:
+def notifications_send(*, users, kind: str, subject: str, url: str, dedupe_key: str, run_id=None,
+                       intent: str = "", claim_key: str = "", now: datetime | None = None) -> list[int]:
     """Notify each of ``users`` (users or ids) once per ``dedupe_key``; returns the new rows' ids."""
     ids = dict.fromkeys(_user_id(u) for u in users)
-    return notifications_send_many([Item(uid, kind, subject, url, dedupe_key) for uid in ids], now=now)
+    run_id = str(run_id) if run_id else None
+    return notifications_send_many([Item(uid, kind, subject, url, dedupe_key, run_id, intent, claim_key)
+                                    for uid in ids], now=now)
 
 
 def notifications_send_many(items: Iterable[Item], *, now: datetime | None = None) -> list[int]:
@@ -67,10 +79,13 @@ def notifications_send_many(items: Iterable[Item], *, now: datetime | None = Non
             chunk = rows[start:start + INSERT_CHUNK]
             params = []
             for (user_id, key), item in chunk:
-                params += [user_id, item.kind, item.subject[:SUBJECT_MAX], item.url[:URL_MAX], key, at]
-            values = ", ".join(["(%s, %s, %s, %s, %s, %s, NULL)"] * len(chunk))
+                params += [user_id, item.kind, item.subject[:SUBJECT_MAX], item.url[:URL_MAX], key, at,
+                           RUN_ID_FIELD.get_db_prep_value(uuid.UUID(item.run_id), connection) if item.run_id else None,
+                           item.intent[:INTENT_MAX], item.claim_key[:CLAIM_KEY_MAX]]
+            values = ", ".join(["(%s, %s, %s, %s, %s, %s, NULL, %s, %s, %s, '')"] * len(chunk))
             cursor.execute(
-                f"INSERT INTO {table} (user_id, kind, subject, url, dedupe_key, created_at, read_at) "
+                f"INSERT INTO {table} (user_id, kind, subject, url, dedupe_key, created_at, read_at, "
+                f"run_id, intent, claim_key, done) "
                 f"VALUES {values} ON CONFLICT (user_id, dedupe_key) DO NOTHING RETURNING id, user_id, subject, url",
                 params)
             inserted += cursor.fetchall()
@@ -107,6 +122,28 @@ def notification_read(*, notification_id, user) -> Notification:
     return notification
 
 
+def notifications_settle(*, done: str, dedupe_keys: Iterable[str] = (), claim_keys: Iterable[str] = (),
+                         now: datetime | None = None) -> int:
+    """What the notifications with these keys (or about these claims) asked for is done: every unread
+    one is read, saying by what."""
+    keys, claims = [key[:DEDUPE_MAX] for key in dedupe_keys], [key[:CLAIM_KEY_MAX] for key in claim_keys]
+    if not keys and not claims:
+        return 0
+    about = (Q(dedupe_key__in=keys) if keys else Q()) | (Q(claim_key__in=claims) if claims else Q())
+    return Notification.objects.filter(about, read_at__isnull=True).update(read_at=now or timezone.now(),
+                                                                           done=done[:DONE_MAX])
+
+
+def notifications_read_all(*, user) -> int:
+    """Mark every unread notification of the caller read; answers how many."""
+    return Notification.objects.filter(user_id=user.pk, read_at__isnull=True).update(read_at=timezone.now())
+
+
+def approval_keys(approval_id) -> list[str]:
+    """The dedupe keys a request's notifications carry (an escalation's or an approval's)."""
+    return [f"approval:{approval_id}", f"escalation:{approval_id}"]
+
+
 def approval_notify(approval) -> list[int]:
     """A new request waits for people: editors decide high-impact and compensation requests
     (the requester excepted: they cannot decide it), on-call decides escalations. Once per request,
@@ -116,13 +153,15 @@ def approval_notify(approval) -> list[int]:
     users = users_in_role(ONCALL if escalation else EDITOR)
     if approval.requested_by_user_id is not None:
         users = users.exclude(id=approval.requested_by_user_id)
-    workflow = approval.run.workflow.slug
+    run = approval.run
+    where = f"{run.workflow.slug} · {run.intent} · run {str(run.id)[:8]}"
     if escalation:
-        subject = f"Run of {workflow} escalated: {approval.action.get('summary', '')}"
+        subject = f"Escalated: {where}. {approval.action.get('summary', '')}"
     else:
-        subject = f"Approval needed ({approval.kind.replace('_', '-')}) on {workflow}/{approval.stage}: " \
+        subject = f"Approval needed ({approval.kind.replace('_', '-')}, stage {approval.stage}): {where}. " \
                   f"{approval.action.get('summary', '')}"
     return notifications_send(
         users=users.values_list("id", flat=True), kind="escalation" if escalation else "approval_pending",
         subject=subject, url=f"{reverse('ledger:approval_list')}#approval-{approval.id}",
-        dedupe_key=f"{'escalation' if escalation else 'approval'}:{approval.id}", now=approval.created_at)
+        dedupe_key=approval_keys(approval.id)[1 if escalation else 0], run_id=run.id, intent=run.intent,
+        now=approval.created_at)

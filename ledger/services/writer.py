@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 
 from ledger.domain import machine, recovery
 from ledger.domain.projection import lease_next
+from ledger.services.notifications import approval_keys, notifications_settle
 from ledger.store import store
 from ledger.models import LEASED_STATES, TERMINAL_STATES, EventKind, LedgerEvent, Run, Workflow
 from stateboard.canonical import canonical_json, digest, sha256_hex
@@ -192,8 +193,39 @@ class RunWriter:
             store().run_write(self.run, changed, self.events, self.rows)
         if self.run.queued_until is not None and (insert or self.before["queued_until"] is None):
             store().queued_announce(self.run.workflow.slug)  # waiting leases wake at commit
+        self._requests_settle()
         self.rows, self.events = [], []
         self.before = {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
+
+    def _requests_settle(self) -> None:
+        """Every change of a request's status is one of these events: the notifications that asked
+        people to decide it are done with it (read, saying what settled them)."""
+        for event in self.events:
+            approval_id = (event.data or {}).get("approval") if event.kind in SETTLING_KINDS else None
+            if approval_id:
+                notifications_settle(dedupe_keys=approval_keys(approval_id), done=_settled_words(event, self.events),
+                                     now=self.now)
+
+
+SETTLING_KINDS = frozenset({EventKind.APPROVED, EventKind.REJECTED, EventKind.EXPIRED, EventKind.ESCALATION_CLOSED,
+                            EventKind.APPROVAL_VOIDED})
+
+
+ON_CALL_ACTS = {EventKind.RETRIED: "retried", EventKind.ABANDONED: "abandoned", EventKind.ROLLED_BACK: "rolled back",
+                EventKind.APPROVAL_REQUESTED: "compensation proposed"}
+
+
+def _settled_words(event: LedgerEvent, batch: list[LedgerEvent]) -> str:
+    """What settled a request, in words: "approved by user:ana", "retried by user:oli", "expired"."""
+    data = event.data or {}
+    if event.kind == EventKind.ESCALATION_CLOSED:
+        act = next((ON_CALL_ACTS[e.kind] for e in batch if e.kind in ON_CALL_ACTS), "closed")
+        return f"{act} by {event.actor}"
+    if event.kind == EventKind.APPROVAL_VOIDED:
+        return f"voided ({data.get('reason') or event.reason_code})"
+    if event.kind == EventKind.EXPIRED:
+        return "expired"
+    return f"{event.kind} by {event.actor}"
 
 
 def _lease_of(fields: dict) -> tuple:

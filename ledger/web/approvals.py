@@ -10,6 +10,7 @@ from django_htmx.http import trigger_client_event
 
 from ledger import authorizers, selectors, services
 from ledger.web.forms import ReasonForm, RequiredReasonForm
+from ledger.web.notifications import CHANGED as NOTIFICATIONS_CHANGED
 from ledger.models import Approval
 from ledger.web.common import evidence_view, form_checked, inputs_diff
 from stateboard.policy import ANY, Policy, page
@@ -81,7 +82,8 @@ def _approval_decide(request, approval_id, *, approve: bool):
                                   f"· {approval.run.intent} is {approval.status}.")
         return redirect(inbox)
     response = render(request, "ledger/approval_list.html#approval-row", {"approval": _with_packs([approval])[0]})
-    return trigger_client_event(response, "approval-changed", {"id": str(approval.id), "status": approval.status})
+    trigger_client_event(response, "approval-changed", {"id": str(approval.id), "status": approval.status})
+    return trigger_client_event(response, NOTIFICATIONS_CHANGED)  # deciding it settled its notifications
 
 
 @require_POST

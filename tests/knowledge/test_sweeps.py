@@ -37,8 +37,8 @@ def pg_dump() -> str:
 
 @pytest.mark.django_db
 def test_stale_sweep_notifies_the_owner_once_per_version(owner, agent):
-    """A stale claim notifies its owner once however often the sweep runs; a refreshed version
-    that goes stale notifies again."""
+    """A stale claim notifies its owner once however often the sweep runs; refreshing it marks the
+    notice done; a refreshed version that goes stale notifies again."""
     claim = services.claim_propose(user=agent.user, data=stale_proposal())
     assert claim.owner_id == owner.user.id
     first = sweeps.claims_stale_sweep()
@@ -51,6 +51,8 @@ def test_stale_sweep_notifies_the_owner_once_per_version(owner, agent):
     now = timezone.now()
     refreshed = services.claim_refresh(user=owner.user, key=claim.key, data={
         "observed_at": iso(now), "refresh_after": iso(now + timedelta(days=1))})
+    note.refresh_from_db()  # what it asked for is done: the notice says so
+    assert note.done == f"refreshed by {refreshed.actor}" and note.read_at is not None
     assert sweeps.claims_stale_sweep()["notified"] == 0  # fresh again
     later = sweeps.claims_stale_sweep(now=now + timedelta(days=2))
     assert later["notified"] == 1
