@@ -7,7 +7,7 @@ and has the last word. The role vocabulary is ``stateboard.roles``.
 
 from ledger.models import Approval
 from stateboard.errors import Refused
-from stateboard.roles import AGENT, EDITOR, ONCALL, OWNER, require_person, require_role
+from stateboard.roles import AGENT, EDITOR, ONCALL, OWNER, only_roles_may, require_person, require_role
 
 ONCALL_ROLES = (ONCALL,)
 TRIGGER_ROLES = (AGENT, EDITOR, OWNER, ONCALL)
@@ -21,14 +21,14 @@ def deciding_roles(approval: Approval) -> tuple[str, ...]:
 def may_decide_approval(user, approval: Approval) -> None:
     """Approve or reject: a person in the deciding role who did not make the request."""
     roles = deciding_roles(approval)
-    require_person(user, *roles, detail=f"Only {'/'.join(roles)} may approve or reject "
-                                        f"{approval.get_kind_display()} requests (agents never decide).")
+    require_person(user, *roles, detail=only_roles_may(
+        roles, f"approve or reject {approval.get_kind_display()} requests (agents never decide)"))
     if approval.requested_by_user_id is not None and approval.requested_by_user_id == user.pk:
         raise Refused("requester_cannot_decide", "The requester cannot decide their own request.")
 
 
 def _oncall(user) -> None:
-    require_person(user, *ONCALL_ROLES, detail="Only on-call may retry, compensate or abandon runs.")
+    require_person(user, *ONCALL_ROLES, detail=only_roles_may(ONCALL_ROLES, "retry, compensate or abandon runs"))
 
 
 def may_retry(user, run) -> None:
@@ -48,7 +48,7 @@ ROLLBACK_ROLES = (ONCALL, OWNER)
 
 def may_rollback(user, run) -> None:
     """Roll a run back to a stage (SPEC §10.2): a person who is on-call or an owner."""
-    require_person(user, *ROLLBACK_ROLES, detail="Only on-call or an owner may roll a run back.")
+    require_person(user, *ROLLBACK_ROLES, detail=only_roles_may(ROLLBACK_ROLES, "roll a run back"))
 
 
 def may_trigger(user, workflow=None) -> None:
@@ -57,19 +57,19 @@ def may_trigger(user, workflow=None) -> None:
 
 def may_append_event(user, run=None) -> None:
     """Agents post events (the lease rules are the engine's: a conflict, not a refusal)."""
-    require_role(user, AGENT, detail="Only agents post ledger events.")
+    require_role(user, AGENT, detail=only_roles_may([AGENT], "post ledger events"))
 
 
 def may_request_approval(user, run=None) -> None:
-    require_role(user, AGENT, detail="Only agents request approvals.")
+    require_role(user, AGENT, detail=only_roles_may([AGENT], "request approvals"))
 
 
 def may_save_checkpoint(user, run=None) -> None:
-    require_role(user, AGENT, detail="Only agents save checkpoints.")
+    require_role(user, AGENT, detail=only_roles_may([AGENT], "save checkpoints"))
 
 
 def may_edit_workflow(user, workflow=None) -> None:
-    require_role(user, OWNER, detail="Only owners create or change workflows.")
+    require_role(user, OWNER, detail=only_roles_may([OWNER], "create or change workflows"))
 
 
 # What templates may ask by name (``{% may "retry" run as can_retry %}``), never a role name.

@@ -210,6 +210,30 @@ def dashboard_summary() -> dict:
 # ---------------------------------------------------------------- pages (added with the HTML views)
 
 ONCALL_STATES = ("escalated", "compensate", "failed")
+NEEDS_HUMAN_STATES = ("escalated", "compensate")  # the rest of ONCALL_STATES is history
+COUNT_CAP = 100
+
+
+def _capped(queryset) -> int:
+    """How many, counting at most ``COUNT_CAP + 1`` rows (a page says "100+" past the cap)."""
+    return queryset[:COUNT_CAP + 1].count()
+
+
+def needs_human(*, user) -> dict:
+    """What waits for a person now, apart from history (counts, each capped at COUNT_CAP + 1):
+    escalated runs and runs whose compensation waits (on-call), high-impact and compensation
+    requests (editors), and claims to review (pending, stale or flagged, those ``user`` may see)."""
+    from knowledge import selectors as claims
+
+    now = timezone.now()
+    runs = Run.objects.filter(state__in=NEEDS_HUMAN_STATES)
+    return {
+        "escalated": _capped(runs.filter(state="escalated")),
+        "compensate": _capped(runs.filter(state="compensate")),
+        "approvals": _capped(Approval.objects.filter(status="pending").exclude(kind=Approval.Kind.ESCALATION)),
+        "claims": min(COUNT_CAP + 1, _capped(claims.claims_pending(user=user)) + _capped(
+            claims.claims_stale(user=user, now=now)) + _capped(claims.claims_flagged(user=user))),
+    }
 
 
 def runs_filtered(params) -> RunFilter:
@@ -233,8 +257,16 @@ def oncall_run(*, run_id):
     return _with_last_reason(run_list()).get(id=run_id)
 
 
+def with_superseded(runs):
+    """Annotate ``superseded_by``: the id of a later run of the same intent that completed (the
+    failure is history then, not work), else None."""
+    later = (Run.objects.filter(workflow_id=OuterRef("workflow_id"), intent=OuterRef("intent"), state="completed",
+                                created_at__gt=OuterRef("created_at")).order_by("created_at").values("id")[:1])
+    return runs.annotate(superseded_by=Subquery(later))
+
+
 def _with_last_reason(runs):
-    """Annotate ``last_reason`` and ``compensable``.
+    """Annotate ``last_reason``, ``compensable`` and ``superseded_by`` (``with_superseded``).
 
     ``compensable`` mirrors ``services.compensation_plan(run) is not None`` in the same query (the
     on-call page offers Compensate only then); tests/test_dash_oncall.py checks they agree.
@@ -244,8 +276,8 @@ def _with_last_reason(runs):
     undoable = Effect.objects.filter(workflow_id=OuterRef("workflow_id"), intent=OuterRef("intent"),
                                      input_fingerprint=OuterRef("input_fingerprint")).exclude(
         status__in=("failed", "compensated"))
-    return runs.annotate(last_reason=Subquery(last_reason),
-                         has_undoable=Exists(undoable), has_unreferenced=Exists(undoable.filter(reference="")))
+    return with_superseded(runs.annotate(last_reason=Subquery(last_reason), has_undoable=Exists(undoable),
+                                         has_unreferenced=Exists(undoable.filter(reference=""))))
 
 
 def workflow_list():
@@ -255,6 +287,11 @@ def workflow_list():
 def approvals_pending():
     """Pending requests, oldest deadline first (what needs a decision soonest)."""
     return approval_list(status="pending").order_by("deadline", "id")
+
+
+def approvals_pending_count() -> int:
+    """How many requests are pending (counted up to the cap: ``_capped``)."""
+    return _capped(Approval.objects.filter(status="pending"))
 
 
 def approval_get(*, approval_id):

@@ -70,10 +70,18 @@ def actor_for(user) -> str:
     return Actor(f"{'agent' if is_agent(user) else 'user'}:{user.get_username()}", user.pk)
 
 
+ROLE_WORDS = {AGENT: "an agent", EDITOR: "an editor", OWNER: "an owner", ONCALL: "on-call", VIEWER: "a viewer"}
+
+
+def only_roles_may(roles, what: str = "do this") -> str:
+    """Every refusal by role in one wording: "Only an editor may …", "Only on-call or an owner may …"."""
+    return f"Only {' or '.join(ROLE_WORDS.get(r, r) for r in roles)} may {what}."
+
+
 def require_role(user, *roles: str, detail: str = "") -> None:
     """Refuse (403 ``permission_denied``) unless ``user`` holds one of ``roles``."""
     if not has_role(user, *roles):
-        raise Refused("permission_denied", detail or f"Only {'/'.join(roles)} may do this.")
+        raise Refused("permission_denied", detail or only_roles_may(roles))
 
 
 def require_person(user, *roles: str, detail: str = "") -> None:

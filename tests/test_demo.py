@@ -95,3 +95,29 @@ def test_the_living_fleet_picks_up_a_queued_run_within_seconds(live_server):
         assert run.events.filter(kind="leased", actor__startswith="agent:demo-agent-1").exists()
     finally:
         fleet.stop()
+
+
+@pytest.mark.django_db
+def test_the_living_demo_keeps_its_backlog_bounded(monkeypatch):
+    """Past the newest BACKLOG_KEEP pending requests and escalated runs of its workflows, the demo's own
+    colleagues settle the oldest ones, saying why; runs of other workflows are never touched."""
+    from ledger.identities import operator_create
+    from ledger.ops.demo import backlog
+    from tests.browser.scenarios import (agent_driver, approval_workflow, awaiting_approval_run, escalated_run,
+                                         escalation_workflow)
+
+    operator_create(name=backlog.FLEET_EDITOR, role="editor")
+    operator_create(name=backlog.FLEET_ONCALL, role="oncall")
+    asking, failing, other = approval_workflow(), escalation_workflow(), escalation_workflow()
+    monkeypatch.setattr(backlog, "WORKFLOWS", (asking.slug, failing.slug))
+    approvals = [awaiting_approval_run(agent_driver(asking), f"ask-{n}")[1]["id"] for n in range(4)]
+    escalated = [escalated_run(agent_driver(failing), f"esc-{n}")[1]["id"] for n in range(4)]
+    _, outsider = escalated_run(agent_driver(other), "not-the-demos")
+
+    assert backlog.backlog_tidy(keep=2) == {"rejected": 2, "abandoned": 2}
+    assert [Approval.objects.get(id=a).status for a in approvals] == ["rejected", "rejected", "pending", "pending"]
+    assert [Run.objects.get(id=r).state for r in escalated] == ["abandoned", "abandoned", "escalated", "escalated"]
+    assert Run.objects.get(id=outsider["id"]).state == "escalated"
+    assert Approval.objects.get(id=approvals[0]).decided_by == f"user:{backlog.FLEET_EDITOR}"
+    assert "tidied" in Approval.objects.get(id=approvals[0]).reason
+    assert backlog.backlog_tidy(keep=2) == {"rejected": 0, "abandoned": 0}

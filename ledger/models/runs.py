@@ -172,6 +172,9 @@ class Run(models.Model):
             # per-event lease renewal stays a HOT update.
             models.Index(fields=["state"], condition=Q(state__in=HOLDING_STATES), name="run_holding_state"),
             models.Index(fields=["-created_at"], name="run_created_desc"),
+            # The on-call page and the needs-a-human counts read only these few states, newest first.
+            models.Index(fields=["state", "-created_at", "-id"], name="run_oncall_newest",
+                         condition=Q(state__in=("escalated", "compensate", "failed"))),
             models.Index(fields=["queued_at"], condition=Q(queued_until__isnull=False), name="run_queued"),
         ]
 

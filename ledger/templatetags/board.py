@@ -30,6 +30,14 @@ def redact_json(value):
 
 
 @register.filter
+def capped(n):
+    """A count read up to a cap (``selectors.COUNT_CAP`` + 1): past the cap, "100+"."""
+    from ledger.selectors import COUNT_CAP
+
+    return f"{COUNT_CAP}+" if n is not None and n > COUNT_CAP else n
+
+
+@register.filter
 def duration(seconds):
     """Seconds as people say them (``86400|duration`` → "1 day"): every TTL, lease and stage length."""
     return duration_words(seconds)

@@ -16,6 +16,7 @@ from ledger.web.common import evidence_view, form_checked, inputs_diff
 from stateboard.policy import ANY, Policy, page
 
 HISTORY_ROWS = 50
+PENDING_ROWS = 50  # each with its evidence pack: the soonest deadlines first
 
 
 class HistoryFilterForm(forms.Form):
@@ -47,10 +48,11 @@ def inbox_context(request) -> dict:
     """Pending requests (with packs) and the filtered decided history; page and fragments share it."""
     history_form = HistoryFilterForm(request.GET or None, workflows=selectors.workflow_list())
     filters = history_form.cleaned_data if history_form.is_valid() else {}
-    pending = _with_packs(list(selectors.approvals_pending()[:200]))
+    pending = _with_packs(list(selectors.approvals_pending()[:PENDING_ROWS]))
     history = list(selectors.approvals_decided(status=filters.get("status", ""), kind=filters.get("kind", ""),
                                                workflow=filters.get("workflow", ""))[:HISTORY_ROWS])
-    return {"approvals": pending, "history": history, "history_form": history_form,
+    total = len(pending) if len(pending) < PENDING_ROWS else selectors.approvals_pending_count()
+    return {"approvals": pending, "pending_total": total, "history": history, "history_form": history_form,
             "query": request.GET.urlencode()}
 
 

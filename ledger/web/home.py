@@ -42,14 +42,18 @@ def dashboard(request):
     """Home: runs by state, the pending approvals, the latest runs."""
     summary = selectors.dashboard_summary()
     counts = summary["state_counts"]
-    state_counts = [{"state": s, "n": counts.get(s, 0), "terminal": s in TERMINAL_STATES} for s in RunState.values]
+    # States no run is in are named in one line, not drawn as tiles of 0 (most are passed in an instant).
+    state_counts = [{"state": s, "n": counts[s], "terminal": s in TERMINAL_STATES} for s in RunState.values
+                    if counts.get(s)]
     context = {
         **summary,
         "poll": bool(summary["pending_approvals"]) or any(
             counts.get(s, 0) for s in RunState.values if s not in TERMINAL_STATES),
         "state_counts": state_counts,
+        "empty_states": [s for s in RunState.values if not counts.get(s)],
         "total_runs": sum(counts.values()),
         "pending_list": list(selectors.approvals_pending()[:10]),
+        "needs": selectors.needs_human(user=request.user),
     }
     return render(request, "dashboard.html#dashboard-body" if request.htmx else "dashboard.html", context)
 

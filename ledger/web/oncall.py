@@ -20,18 +20,29 @@ from stateboard.policy import ANY, Policy, page
 WAITS_FOR_AGENT = ("fresh", "resume", "verify_only")
 
 
+NOW_ROWS, HISTORY_ROWS = 200, 50
+
+
 def _oncall_context(request, params) -> dict:
-    """Page and fragments share this; ``params`` holds the filters (GET, or the bulk POST's copy of them)."""
+    """Page and fragments share this; ``params`` holds the filters (GET, or the bulk POST's copy of them).
+
+    What needs on-call now (escalated, compensate) comes apart from history (failed runs, which the
+    next trigger decides); a failed run whose intent a later run completed is superseded and hidden
+    unless ``superseded=1``."""
     run_filter = selectors.oncall_runs(params)
     form = run_filter.form
-    runs = list(run_filter.qs[:200])
+    with_superseded = params.get("superseded") == "1"
+    runs = list(run_filter.qs.filter(state__in=selectors.NEEDS_HUMAN_STATES)[:NOW_ROWS])
+    failed = run_filter.qs.filter(state="failed")
+    history = list((failed if with_superseded else failed.filter(superseded_by__isnull=True))[:HISTORY_ROWS])
     query = QueryDict(mutable=True)
-    for name in form.fields:
+    for name in [*form.fields, "superseded"]:
         if params.get(name):
             query[name] = params[name]
     next_url = reverse("ledger:oncall") + (f"?{query.urlencode()}" if query else "")
-    waiting = any(r.state in ("escalated", "compensate") for r in runs)
-    return {"form": form, "runs": runs, "query": query.urlencode(), "next_url": next_url, "poll": waiting}
+    return {"form": form, "runs": runs, "history": history, "with_superseded": with_superseded,
+            "history_rows": HISTORY_ROWS, "needs": selectors.needs_human(user=request.user),
+            "query": query.urlencode(), "next_url": next_url, "poll": bool(runs)}
 
 
 @require_GET

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ledger.management.commands.up import stop_on_sigterm
 from ledger.models import Workflow
 from ledger.ops.demo import WORKFLOWS
+from ledger.ops.demo.backlog import BACKLOG_KEEP, backlog_tidy
 from ledger.ops.demo.fleet import Fleet, round_tag, summarize
 from ledger.ops.demo.scenarios import SCENARIOS
 from ledger.ops.demo.setup import demo_setup
@@ -75,6 +76,10 @@ class Command(BaseCommand):
         rounds = 0
         while True:
             rounds += 1
+            tidied = backlog_tidy()
+            if any(tidied.values()):
+                self.stdout.write(f"Tidied the demo's backlog (keeping the newest {BACKLOG_KEEP} of each): "
+                                  f"{tidied['rejected']} request(s) rejected, {tidied['abandoned']} run(s) abandoned.")
             tag = round_tag()
             chosen = random.sample(list(scenarios), k=min(LIVING_SCENARIOS_PER_ROUND, len(scenarios)))
             self.stdout.write(f"Round {rounds} ({tag}): {', '.join(chosen)}")

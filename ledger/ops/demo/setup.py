@@ -17,6 +17,7 @@ from knowledge.services import claim_propose, claim_revoke
 from ledger import services
 from ledger.auth import token_issue
 from ledger.ops.demo import DEMO_PASSWORD, OPERATORS
+from ledger.ops.demo.backlog import FLEET_EDITOR, FLEET_ONCALL
 from ledger.ops.demo.claims import CLAIMS
 from ledger.identities import agent_create, operator_create
 from ledger.models import Agent, Workflow
@@ -96,8 +97,6 @@ def _claims(agent_user, owner) -> None:
             claim_revoke(user=owner, key=spec["key"], reason=spec["revoke"])
 
 
-FLEET_EDITOR = "demo-editor"
-
 
 @transaction.atomic
 def demo_setup(*, agents: int = 3) -> dict:
@@ -109,6 +108,7 @@ def demo_setup(*, agents: int = 3) -> dict:
             tokens[role] = token
     # the fleet settles its own approvals as a colleague of its own, never as the `editor` you sign in as
     _, tokens[FLEET_EDITOR] = operator_create(name=FLEET_EDITOR, role="editor", with_token=True)
+    operator_create(name=FLEET_ONCALL, role="oncall")  # tidies the demo's own escalations (demo.backlog)
     owner = get_user_model().objects.get(username="owner")
     names = [f"demo-agent-{i}" for i in range(1, agents + 1)]
     agent_tokens = {name: _agent(name, owner) for name in names}
