@@ -48,7 +48,7 @@ def id_prefix_q(text: str) -> Q | None:
 class RunFilter(filters.FilterSet):
     workflow = filters.ModelChoiceFilter(queryset=Workflow.objects.order_by("slug"), to_field_name="slug",
                                          field_name="workflow", empty_label="any workflow")
-    state = filters.ChoiceFilter(choices=RunState.choices, empty_label="any state")
+    state = filters.ChoiceFilter(choices=[(s, s) for s in RunState.values], empty_label="any state")  # the badges' words
     intent = filters.CharFilter(max_length=500)
     created_after = MomentFilter(field_name="created_at", lookup_expr="gte", label="created since")
     created_before = MomentFilter(field_name="created_at", lookup_expr="lt", label="created before")

@@ -75,7 +75,7 @@ def test_inbox_shows_the_evidence_pack_digest_requester_and_deadline():
     for extra in ({}, HX):
         html = texts(editor.get(reverse("ledger:approval_list"), **extra))
         assert approval.action_digest[:12] in html and approval.requested_by in html
-        assert "deadline in" in html and "since the last verified run" in html
+        assert "deadline <time" in html and "since the last verified run" in html
         assert "<code>v</code> changed" in html  # what changed since the last verified run
         assert f"?a={done['id']}&amp;b={run['id']}" in html
         assert 'hx-confirm="Approve' in html and 'name="reason"' in html and "placeholder=\"note (optional)\"" in html

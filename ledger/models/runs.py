@@ -55,6 +55,9 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
+    class Meta:
+        verbose_name, verbose_name_plural = "API token", "API tokens"
+
     def __str__(self):
         return f"{self.prefix}… ({self.user})"
 
@@ -380,6 +383,7 @@ class AuditEntry(models.Model):
 
     class Meta:
         ordering = ["-at"]
+        verbose_name_plural = "audit entries"
         indexes = [models.Index(fields=["run", "at"], name="audit_run_at")]
         triggers = append_only_triggers()
 

@@ -1,0 +1,41 @@
+"""On-call in a real browser: what needs a human now apart from history, superseded failures on demand."""
+
+import os
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.scenarios import agent_driver, escalated_run, escalation_workflow, failed_run
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_needs_now_apart_from_history_and_superseded_on_demand(live_server, page, log_in, tmp_path):
+    agent = agent_driver(escalation_workflow(max_retries=2))
+    superseded = failed_run(agent, "fixed-later")
+    again = agent.trigger(intent="fixed-later", inputs={"intent": "fixed-later"})
+    agent.pass_stage(again["id"], "test")
+    lone = failed_run(agent, "still-broken")
+    _, escalated = escalated_run(agent_driver(escalation_workflow()), "needs-you")
+    log_in("oncall")
+
+    page.click("nav >> text=On-call")
+    now, history = page.locator("table[data-section=now]"), page.locator("table[data-section=history]")
+    expect(now.locator(f"#oncall-{escalated['id']}")).to_be_visible()
+    expect(now.locator("tr[data-state=failed]")).to_have_count(0)
+    expect(history.locator(f"#oncall-{lone['id']}")).to_contain_text("the next trigger decides")
+    expect(history.locator(f"#oncall-{superseded['id']}")).to_have_count(0)
+    expect(page.locator("[data-needs=escalated] .n")).to_have_text("1")
+
+    page.click("[data-superseded=show]")
+    row = page.locator(f"table[data-section=history] #oncall-{superseded['id']}")
+    expect(row.locator("[data-superseded-mark]")).to_be_visible()
+    expect(row).to_contain_text(f"run {again['id'][:8]}, which completed")
+    shots = Path(os.environ.get("STATEBOARD_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(shots / "oncall.png"), full_page=True)
+
+    page.click("[data-needs=escalated]")  # the tile filters on-call to the escalations
+    expect(page.locator("table[data-section=now] tr[data-state=escalated]")).to_have_count(1)
+    expect(page.locator("table[data-section=history]")).to_have_count(0)
