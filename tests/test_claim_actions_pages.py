@@ -152,6 +152,8 @@ def test_editor_invalidates_from_the_history_and_the_page_shows_the_new_version(
     assert 'data-version="2" data-status="invalidated"' in now and "<strong>Version 2</strong> is current" in now
     assert "“disproved”" in now and shown_actions(now) == set()
     assert 'id="version-2" data-status="invalidated" class="current"' in page
+    v1 = re.search(r'<tr id="version-1".*?</tr>', page, re.S).group()
+    assert "superseded by v2" in v1 and "data-superseded" not in section(page, "claim-current")
 
 
 def test_owner_revokes_from_the_history_with_htmx_and_gets_the_versions(owned):
