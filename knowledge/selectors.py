@@ -205,6 +205,13 @@ def claims_current(*, user, q: str = "", system: str = "", task: str = "", now: 
     return heads
 
 
+def claim_head(*, user, key: str) -> ClaimHead | None:
+    """One key's head as a row of the claims page after an action: its current value, live or a
+    tombstone, annotated ``needs_review`` like ``claims_live``; None when ``user`` may not read it."""
+    return (ClaimHead.objects.filter(key=key).filter(claim_visible_q(user))
+            .select_related("current", "current__owner").annotate(needs_review=_open_review_exists()).first())
+
+
 def claim_scopes(*, user) -> dict:
     """The systems and tasks that live claims are scoped to (for the filters)."""
     live = ClaimHead.objects.filter(live=True).filter(claim_visible_q(user))

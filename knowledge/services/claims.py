@@ -8,7 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from knowledge import authorizers
-from knowledge.domain import gate
+from knowledge.domain import actions, gate
 from knowledge.models import (
     Claim,
     ClaimStatus,
@@ -74,7 +74,7 @@ def _claim_refresh(*, user, key: str, data: dict, now: datetime) -> Claim:
     if head is None or head.latest_version == 0 and not head.gc_status:
         raise NotFound("claim_not_found", f"No claim with key {key!r}.")
     current = head.current
-    if current is None or current.is_tombstone:
+    if current is None or not actions.refreshable(current.status):
         state = current.status if current else ("removed" if head.gc_status else "pending")
         raise Conflict("claim_not_live", f"Only a live claim can be refreshed; {key!r} is {state}. "
                        "Propose a new version instead.", status=state)

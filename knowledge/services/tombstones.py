@@ -9,6 +9,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from knowledge import authorizers, ports
+from knowledge.domain import actions
 from knowledge.models import (
     TOMBSTONE_STATUSES,
     Claim,
@@ -38,7 +39,7 @@ def _tombstone(*, user, key: str, reason: str, status: str, now: datetime | None
         raise Conflict("claim_removed", f"{key!r} was deleted and its history garbage-collected.")
     # Repeating a tombstone changes nothing (a retried request gets the same answer);
     # a revoke is the stronger tombstone, so invalidating a revoked claim changes nothing either.
-    if current is not None and (current.status == status or current.status == ClaimStatus.REVOKED):
+    if current is not None and not actions.tombstone_changes(current.status, status):
         return current
     return tombstones_append([head], user=user, status=status, reason=reason.strip(), now=now)[0]
 
