@@ -261,7 +261,7 @@ def test_history_shows_every_version_who_changed_it_rejections_and_flags(queues)
     assert 'data-status="pending"' in html and 'data-status="active"' in html and 'data-status="invalidated"' in html
     assert pending.actor in html and f"user:{owner.username}" in html and "disproved by a test run" in html
     assert "<dt>How</dt><dd>accepted after review</dd>" in html and "action: accept" not in html
-    assert f"store {pending.store_version}" in html
+    assert f"store version {pending.store_version}" in html
     assert 'id="claim-rejections"' in html and "write gate rejections" in html.lower() and "source_refs" in html
     flagged = texts(client.get(reverse("knowledge:claim_history", args=[derived.key])))
     assert 'id="claim-reviews"' in flagged and "derived_from_invalidated" in flagged and source.key in flagged
