@@ -7,7 +7,7 @@
 from knowledge.domain import gate
 from knowledge.models import Claim, ClaimHead
 from stateboard.errors import Refused
-from stateboard.roles import AGENT, EDITOR, OWNER, has_role, is_agent, require_person, require_role
+from stateboard.roles import AGENT, EDITOR, OWNER, has_role, is_agent, only_roles_may, require_person, require_role
 
 REVIEWER_ROLES = (OWNER, EDITOR)
 
@@ -39,15 +39,15 @@ def acts_as_claim_owner(user, owner_id: int | None) -> bool:
 
 
 def may_propose(user, claim_or_key=None) -> None:
-    require_role(user, AGENT, OWNER, detail="Only agents and owners propose claims.")
+    require_role(user, AGENT, OWNER, detail=only_roles_may([AGENT, OWNER], "propose claims"))
 
 
 def may_refresh(user, claim_or_key=None) -> None:
-    require_person(user, *REVIEWER_ROLES, detail="Only owner/editor may refresh claims.")
+    require_person(user, *REVIEWER_ROLES, detail=only_roles_may(REVIEWER_ROLES, "refresh claims"))
 
 
 def may_invalidate(user, claim_or_key=None) -> None:
-    require_person(user, *REVIEWER_ROLES, detail="Only owner/editor may invalidate claims.")
+    require_person(user, *REVIEWER_ROLES, detail=only_roles_may(REVIEWER_ROLES, "invalidate claims"))
 
 
 def may_revoke(user, claim_or_key) -> None:
@@ -77,7 +77,7 @@ def _pending_version(claim_or_key, version: int | None) -> Claim | None:
 def may_accept(user, claim_or_key, version: int | None = None) -> None:
     """Owners and editors (API.md); then by why the version waits: an inference owner/editor, a
     sensitive claim owner, a revoked key the claim's owner (any owner when it has none)."""
-    require_person(user, *REVIEWER_ROLES, detail="Only owner/editor may accept claims.")
+    require_person(user, *REVIEWER_ROLES, detail=only_roles_may(REVIEWER_ROLES, "accept claims"))
     chosen = _pending_version(claim_or_key, version)
     if chosen is None:
         return
