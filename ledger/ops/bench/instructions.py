@@ -68,7 +68,7 @@ def run(*, out, db_name: str, ops: int = 300) -> dict:
         say(f"callgrind: {len(LOOPS)} loops of {ops} operations each in one process (about two minutes) ...")
         started = time.perf_counter()
         result = subprocess.run(
-            [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out", sys.executable, "-m",
+            [valgrind, "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={tmp}/cg.out", sys.executable, "-m",
              "ledger.ops.bench.instructions", str(spec)],
             cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=1800)
         if result.returncode != 0:
@@ -163,10 +163,12 @@ def _count_loops(control: str, raw_insert, runs: dict, actor: str, token: str, a
         # moments no loop chooses): collected here and the survivors frozen, a loop counts its own work.
         gc.collect()
         gc.freeze()
+        subprocess.run([control, "-i", "on", pid], check=True, capture_output=True)  # (start-up runs uncounted)
         subprocess.run([control, "-z", pid], check=True, capture_output=True)
         for _ in range(ops):
             step()
         subprocess.run([control, "-d", loop, pid], check=True, capture_output=True)
+        subprocess.run([control, "-i", "off", pid], check=True, capture_output=True)
 
 
 if __name__ == "__main__":
