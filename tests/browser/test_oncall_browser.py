@@ -39,3 +39,21 @@ def test_needs_now_apart_from_history_and_superseded_on_demand(live_server, page
     page.click("[data-needs=escalated]")  # the tile filters on-call to the escalations
     expect(page.locator("table[data-section=now] tr[data-state=escalated]")).to_have_count(1)
     expect(page.locator("table[data-section=history]")).to_have_count(0)
+
+
+def test_dashboard_needs_a_human_first_and_recent_runs_stay_in_their_card(live_server, page, log_in, tmp_path):
+    agent = agent_driver(escalation_workflow())
+    for n in range(3):
+        escalated_run(agent, f"pipeline/2026-12-06-185340-288/a-rather-long-intent-name-number-{n}/nightly")
+    log_in("viewer")
+    expect(page.locator("[data-needs=escalated] .n")).to_have_text("3")
+    expect(page.locator("[data-state-count]")).to_have_count(2)  # failed and escalated: no tiles of 0
+    expect(page.locator("[data-empty-states]")).to_contain_text("captured")
+    card = page.locator("section[aria-labelledby=recent-title]")
+    first = card.locator("tbody tr").first
+    box, row = card.bounding_box(), first.bounding_box()
+    assert row["x"] + row["width"] <= box["x"] + box["width"] + 1, (row, box)
+    assert row["height"] < 60, row  # one line per run, not five
+    shots = Path(os.environ.get("STATEBOARD_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
