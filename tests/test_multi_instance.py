@@ -24,6 +24,7 @@ from django_celery_beat.models import PeriodicTask
 from ledger.models import Effect, LedgerEvent, Run
 from ledger.ops.schedules import periodic_tasks_ensure
 from tests.factories import make_agent, make_operator, make_workflow
+from tests.ledger.workers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKER = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -90,14 +91,9 @@ class Deployment:
         redis.Redis.from_url(BROKER).delete(self.queue)
 
 
-def _wait(predicate, what: str, timeout: float, deployment: Deployment):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}\n{deployment.logs()}")
+def _wait(predicate, what: str, timeout: float, deployment: Deployment) -> None:
+    if not wait_until(predicate, timeout=timeout, step=0.5):
+        raise AssertionError(f"timed out waiting for {what}\n{deployment.logs()}")
 
 
 def _together(calls) -> list:
@@ -122,8 +118,8 @@ def test_two_webs_two_workers_two_beats_on_one_database(tmp_path):
                             approval_stages=[], executors={"publish": {"handler": "record", "config": {}}})
     _, owner_token = make_operator("owner")
     agent_tokens = [make_agent(f"multi-agent-{n}")[1] for n in range(2)]
-    # The schedule's last tick is two minutes old (a deployment restarting after a pause): each beat
-    # finds it due as it starts, so both send the same slot at once rather than at the next minute.
+    # The schedule's last tick is two minutes old (a deployment restarting after a pause): the first beat
+    # up sends the missed tick at once; the next minute's tick is sent by both.
     periodic_tasks_ensure()
     PeriodicTask.objects.filter(name="workflow: multi-sched").update(last_run_at=timezone.now() - timedelta(minutes=2))
     deployment = Deployment(tmp_path)
@@ -161,9 +157,9 @@ def test_two_webs_two_workers_two_beats_on_one_database(tmp_path):
         run_id = leased[0]
         run = Run.objects.get(id=run_id)
         holder, lease_id = agents[int(run.lease_owner.rsplit("-", 1)[1])], str(run.lease_id)
-        for kind, extra in (("started", {}), ("succeeded", {})):
+        for kind in ("started", "succeeded"):
             r = holder.post(f"/runs/{run_id}/events/", json={"client_event_id": f"draft-{kind}", "stage": "draft",
-                                                             "kind": kind, "lease_id": lease_id, **extra})
+                                                             "kind": kind, "lease_id": lease_id})
             assert r.status_code == 201, r.text
         r = holder.post(f"/runs/{run_id}/events/", json={"client_event_id": "publish-proposed", "stage": "publish",
                                                          "kind": "proposed", "action": ACTION, "lease_id": lease_id})
