@@ -30,6 +30,13 @@ def redact_json(value):
 
 
 @register.filter
+def tail(text, length=28):
+    """The end of a long name, which tells similar ones apart ("…193821-823/nightly")."""
+    text, length = str(text or ""), int(length)
+    return text if len(text) <= length else "…" + text[-(length - 1):]
+
+
+@register.filter
 def capped(n):
     """A count read up to a cap (``selectors.COUNT_CAP`` + 1): past the cap, "100+"."""
     from ledger.selectors import COUNT_CAP

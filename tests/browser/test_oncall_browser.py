@@ -53,7 +53,7 @@ def test_dashboard_needs_a_human_first_and_recent_runs_stay_in_their_card(live_s
     first = card.locator("tbody tr").first
     box, row = card.bounding_box(), first.bounding_box()
     assert row["x"] + row["width"] <= box["x"] + box["width"] + 1, (row, box)
-    assert row["height"] < 60, row  # one line per run, not five
+    assert row["height"] < 60, row  # the intent and its workflow, not five lines
     shots = Path(os.environ.get("STATEBOARD_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
