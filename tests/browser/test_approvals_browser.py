@@ -34,6 +34,8 @@ def test_editor_approves_and_rejects_without_a_reload(live_server, page, log_in,
     row(page, approval_a).locator("[data-action=approve]").click()
     expect(row(page, approval_a)).to_have_attribute("data-status", "approved")
     expect(row(page, approval_a).locator("[data-action]")).to_have_count(0)
+    expect(row(page, approval_a).locator("[data-moved]")).to_contain_text("Decided")  # it says where it went
+    expect(page.locator(f"#approval-history #decided-{approval_a['id']}")).to_contain_text("approved")
 
     page.once("dialog", lambda dialog: dialog.accept())  # hx-confirm on Reject
     row(page, approval_b).locator("[data-reject-reason]").fill("not during the release freeze")
