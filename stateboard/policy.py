@@ -25,6 +25,7 @@ from django.core.cache import cache
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
@@ -213,6 +214,18 @@ class PolicyApi(APIView):
 
 # ---------------------------------------------------------------- the same pipeline for pages
 
+NOTIFICATIONS_CHANGED = "notifications-changed"  # htmx event: the menu's unread badge refetches itself
+
+
+def safe_next(request, default: str) -> str:
+    """The page a form was posted from (its ``next``, when it is one of this site's), else ``default``."""
+    target = request.POST.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                                  require_https=request.is_secure()):
+        return target
+    return default
+
+
 def page(policy: Policy, *, back: str | Callable | None = None):
     """Wrap a page view ``(request, **kwargs)`` in ``policy``: sign-in, rate, role, authorizer, then the
     view. A refusal is recorded (``audit``) and answered as a page: plain text with its status for htmx,
@@ -222,6 +235,10 @@ def page(policy: Policy, *, back: str | Callable | None = None):
         @functools.wraps(view)
         def wrapped(request, **kwargs):
             if policy.roles != PUBLIC and not request.user.is_authenticated:
+                if getattr(request, "htmx", False):  # a poll after the session ended: the whole page goes to sign-in
+                    response = HttpResponse(status=401)
+                    response["HX-Redirect"] = redirect_to_login(request.headers.get("HX-Current-URL") or "/")["Location"]
+                    return response
                 return redirect_to_login(request.get_full_path())
             try:
                 throttle_check(policy, request)

@@ -24,9 +24,10 @@ pytestmark = pytest.mark.django_db
     ("ledger:workflow_detail", ["x"]), ("knowledge:claim_list", []), ("ledger:oncall_preview", []),
 ])
 def test_new_pages_require_login(client, name, args):
-    for extra in ({}, HX):
-        response = client.get(reverse(name, args=args), **extra)
-        assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+    response = client.get(reverse(name, args=args))
+    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+    response = client.get(reverse(name, args=args), **HX)
+    assert response.status_code == 401 and response["HX-Redirect"].startswith(reverse("login"))
 
 
 # ---------------------------------------------------------------- compare

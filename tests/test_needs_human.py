@@ -28,7 +28,8 @@ def _completed_after_failure(agent, intent: str) -> tuple[dict, dict]:
 
 def _section(html: str, name: str) -> str:
     found = re.search(rf'<table data-section="{name}">(.*?)</table>', html, re.S)
-    return found.group(1) if found else ""
+    assert found, f"no {name} section"
+    return found.group(1)
 
 
 def test_oncall_puts_escalations_first_and_failed_runs_in_history_with_superseded_hidden():

@@ -298,3 +298,24 @@ def test_the_notifications_page_names_runs_and_claims_in_fixed_queries(django_as
     assert f'href="/runs/{run_ids[5]}/"' in html and "deploy:svc-5" in html
     assert 'href="/claims/billing/timeout/history/"' in html
     assert "done: retried by user:oli" in html
+
+
+def test_a_notification_read_before_the_decision_is_still_marked_done():
+    """Reading it first keeps its read time; the decision then says what settled it."""
+    crew = Crew()
+    approval = crew.request(crew.to_deploy())
+    mine = Notification.objects.get(user=crew.editor2, dedupe_key=f"approval:{approval['id']}")
+    services.notification_read(notification_id=mine.id, user=crew.editor2)
+    read_at = Notification.objects.get(id=mine.id).read_at
+    assert crew.decide(approval["id"]).status_code == 200
+    mine.refresh_from_db()
+    assert mine.done == f"approved by user:{crew.editor.username}" and mine.read_at == read_at
+
+
+def test_a_badge_poll_after_the_session_ended_sends_the_page_to_sign_in():
+    """htmx gets 401 with HX-Redirect (so the login page is never swapped in as the menu link)."""
+    from django.test import Client
+
+    answer = Client().get("/notifications/link/", HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL="http://testserver/runs/")
+    assert answer.status_code == 401 and answer["HX-Redirect"].startswith("/login/?next=")
+    assert Client().get("/notifications/link/").status_code == 302  # without htmx: the usual redirect

@@ -31,7 +31,9 @@ def test_the_retry_preview_says_what_it_would_do():
     html = texts(oncall.get(reverse("ledger:oncall_preview"), {"action": "retry", "run": [run["id"]]}))
     summary = re.search(r"data-preview-summary>(.*?)</p>", html, re.S).group(1)
     assert "Would retry <strong>1</strong> of the 1 selected run." in summary
-    assert "would verify" in summary and "execute" in summary and "retryed" not in html and "can be" not in summary
+    assert re.search(r"would verify <strong data-verify-total>\d+</strong> effects? already made and execute "
+                     r"<strong data-execute-total>\d+</strong>", summary), summary
+    assert "retryed" not in html and "can be" not in summary
 
 
 def test_run_state_filter_options_are_the_badges_words():

@@ -231,6 +231,11 @@ def append(head: ClaimHead, **version) -> Claim:
     return append_many([(head, version)])[0]
 
 
+SETTLED_WORDS = {"refresh": "refreshed", "propose": "a new version proposed", "accept": "a new version accepted",
+                 "invalidate": "invalidated", "revoke": "revoked", "restore": "restored from a checkpoint",
+                 "retention_expired": "invalidated (retention expired)"}
+
+
 def append_many(items: list[tuple[ClaimHead, dict]]) -> list[Claim]:
     """Append one new version to each of several locked heads: one block of store versions,
     bulk inserts, one head update statement."""
@@ -246,8 +251,9 @@ def append_many(items: list[tuple[ClaimHead, dict]]) -> list[Claim]:
     settled: dict[str, list[str]] = {}
     for (head, version), claim in zip(items, claims):
         _move_head(head, claim, version["now"])
-        if claim.status in EFFECTIVE_STATUSES:  # what a stale notice asked for: refreshed, invalidated or revoked
-            verb = "refreshed" if claim.status == ClaimStatus.ACTIVE else claim.status
+        if claim.status in EFFECTIVE_STATUSES:  # what a stale notice asked for: a newer effective version
+            action = (claim.provenance or {}).get("action") if isinstance(claim.provenance, dict) else None
+            verb = SETTLED_WORDS.get(action if isinstance(action, str) else "", claim.status)
             settled.setdefault(f"{verb} by {claim.actor}", []).append(head.key)
     for done, keys in settled.items():
         ports.notifications_settle(claim_keys=keys, done=done, now=items[0][1]["now"])

@@ -19,7 +19,6 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import Resolver404, resolve, reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
@@ -29,7 +28,7 @@ from knowledge.web.forms import AcceptForm, RefreshForm, TombstoneForm
 from knowledge.models import ClaimReview
 from stateboard.errors import Invalid
 from stateboard.roles import allowed
-from stateboard.policy import ANY, Policy, page
+from stateboard.policy import ANY, NOTIFICATIONS_CHANGED, Policy, page, safe_next
 
 ROWS_PER_SECTION = 200
 REFRESH_AFTER_DEFAULT = timedelta(days=30)
@@ -66,11 +65,7 @@ def refresh_defaults(now) -> dict:
 
 def back_to(request) -> str:
     """The page an action was taken on (its ``next``, when it is one of this site's), else the review page."""
-    target = request.POST.get("next") or ""
-    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
-                                                  require_https=request.is_secure()):
-        return target
-    return reverse("knowledge:claim_review")
+    return safe_next(request, reverse("knowledge:claim_review"))
 
 
 def _form_checked(form):
@@ -171,7 +166,7 @@ def provenance_fields(provenance) -> list[tuple[str, str]]:
         return [("Provenance", str(provenance))] if provenance else []
     fields = []
     for name, value in provenance.items():
-        if name == "action":
+        if name == "action" and isinstance(value, str):
             value = ACTION_WORDS.get(value, value)
         elif isinstance(value, (list, tuple)):
             value = ", ".join(str(v) for v in value) or "—"
@@ -195,6 +190,8 @@ def _history_context(request, key: str) -> dict:
     served = {"served_in": selectors.claim_served_in(key=key), "cited_by": selectors.claim_cited_by(key=key)}
     return {**detail, **served, "now": now, "refresh_defaults": refresh_defaults(now),
             "current_status": selectors.claim_status(current, now=now) if current is not None else None,
+            "current_use_as": selectors.claim_use_as(current, now=now, needs_review=bool(detail.get("reviews")))
+            if current is not None else None,
             "back": reverse("knowledge:claim_history", args=[key]), "target": "#claim-versions"}
 
 
@@ -214,8 +211,9 @@ def _claim_action(request, action: str, form_class, call):
         messages.success(request, summary)
         return redirect(back)
     response = _fragment_of(request, back, claim.key, summary)
-    return trigger_client_event(response, "claim-changed", {"key": claim.key, "action": action,
-                                                            "status": claim.status, "version": claim.version})
+    trigger_client_event(response, "claim-changed", {"key": claim.key, "action": action,
+                                                     "status": claim.status, "version": claim.version})
+    return trigger_client_event(response, NOTIFICATIONS_CHANGED)  # a stale notice may be done now
 
 
 def _fragment_of(request, back: str, key: str, summary: str):

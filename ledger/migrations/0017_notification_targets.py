@@ -34,10 +34,10 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='notification',
-            index=models.Index(condition=models.Q(('read_at__isnull', True)), fields=['dedupe_key'], name='notification_unread_key'),
+            index=models.Index(condition=models.Q(('done', '')), fields=['dedupe_key'], name='notification_open_key'),
         ),
         migrations.AddIndex(
             model_name='notification',
-            index=models.Index(condition=models.Q(('read_at__isnull', True), models.Q(('claim_key', ''), _negated=True)), fields=['claim_key'], name='notification_unread_claim'),
+            index=models.Index(condition=models.Q(('done', ''), models.Q(('claim_key', ''), _negated=True)), fields=['claim_key'], name='notification_open_claim'),
         ),
     ]

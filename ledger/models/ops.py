@@ -38,9 +38,9 @@ class Notification(models.Model):
         indexes = [
             models.Index(fields=["user", "-created_at", "-id"], name="notification_user_newest"),
             models.Index(fields=["user"], condition=Q(read_at__isnull=True), name="notification_user_unread"),
-            models.Index(fields=["dedupe_key"], condition=Q(read_at__isnull=True), name="notification_unread_key"),
-            models.Index(fields=["claim_key"], condition=Q(read_at__isnull=True) & ~Q(claim_key=""),
-                         name="notification_unread_claim"),
+            # What settles a request or a claim finds its notifications not yet done, read or not.
+            models.Index(fields=["dedupe_key"], condition=Q(done=""), name="notification_open_key"),
+            models.Index(fields=["claim_key"], condition=Q(done="") & ~Q(claim_key=""), name="notification_open_claim"),
         ]
 
     def __str__(self):

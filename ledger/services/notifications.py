@@ -20,7 +20,8 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.mail import EmailMessage, get_connection
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
@@ -124,14 +125,14 @@ def notification_read(*, notification_id, user) -> Notification:
 
 def notifications_settle(*, done: str, dedupe_keys: Iterable[str] = (), claim_keys: Iterable[str] = (),
                          now: datetime | None = None) -> int:
-    """What the notifications with these keys (or about these claims) asked for is done: every unread
-    one is read, saying by what."""
+    """What the notifications with these keys (or about these claims) asked for is done: each one not
+    done yet says by what, and is read (one read before keeps its time)."""
     keys, claims = [key[:DEDUPE_MAX] for key in dedupe_keys], [key[:CLAIM_KEY_MAX] for key in claim_keys]
     if not keys and not claims:
         return 0
     about = (Q(dedupe_key__in=keys) if keys else Q()) | (Q(claim_key__in=claims) if claims else Q())
-    return Notification.objects.filter(about, read_at__isnull=True).update(read_at=now or timezone.now(),
-                                                                           done=done[:DONE_MAX])
+    return Notification.objects.filter(about, done="").update(
+        read_at=Coalesce(F("read_at"), Value(now or timezone.now())), done=done[:DONE_MAX])
 
 
 def notifications_read_all(*, user) -> int:

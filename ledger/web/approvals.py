@@ -10,10 +10,9 @@ from django_htmx.http import trigger_client_event
 
 from ledger import authorizers, selectors, services
 from ledger.web.forms import ReasonForm, RequiredReasonForm
-from ledger.web.notifications import CHANGED as NOTIFICATIONS_CHANGED
 from ledger.models import Approval
 from ledger.web.common import evidence_view, form_checked, inputs_diff
-from stateboard.policy import ANY, Policy, page
+from stateboard.policy import ANY, NOTIFICATIONS_CHANGED, Policy, page
 
 HISTORY_ROWS = 50
 PENDING_ROWS = 50  # each with its evidence pack: the soonest deadlines first

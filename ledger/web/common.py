@@ -6,7 +6,6 @@ import re
 from django.core.paginator import Paginator
 from django.urls import reverse
 from django.utils.functional import cached_property
-from django.utils.http import url_has_allowed_host_and_scheme
 
 from stateboard.errors import Invalid
 from stateboard.redact import redact
@@ -38,14 +37,6 @@ def form_checked(form):
     if not form.is_valid():
         raise Invalid("invalid_input", form_error_text(form))
     return form
-
-
-def safe_next(request, default: str) -> str:
-    target = request.POST.get("next") or ""
-    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
-                                                  require_https=request.is_secure()):
-        return target
-    return default
 
 
 def _flatten(value, prefix: str = "") -> dict:

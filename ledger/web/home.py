@@ -2,13 +2,12 @@
 
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger import selectors
 from ledger.models import TERMINAL_STATES, RunState
 from ledger.templatetags.board import TIME_MODES
-from stateboard.policy import ANY, Policy, page
+from stateboard.policy import ANY, Policy, page, safe_next
 
 
 def _prometheus_label(value) -> str:
@@ -65,8 +64,5 @@ def time_mode(request):
     mode = request.POST.get("mode", "")
     if mode in TIME_MODES:
         request.session["time_mode"] = mode
-    target = request.POST.get("next") or "/"
-    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
-        target = "/"
-    return redirect(target)
+    return redirect(safe_next(request, "/"))
 

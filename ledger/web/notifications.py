@@ -1,6 +1,6 @@
 """The notifications page: the signed-in user's notifications, newest first, with mark-read forms
 (real POSTs that work without JavaScript; with htmx the row is swapped in place and the menu's
-badge, which listens for ``notifications-changed``, refetches itself)."""
+badge, which listens for ``NOTIFICATIONS_CHANGED``, refetches itself)."""
 
 from django.contrib import messages
 from django.core.paginator import Paginator
@@ -12,10 +12,9 @@ from django_htmx.http import trigger_client_event
 
 from ledger import selectors, services
 from stateboard.errors import NotFound
-from stateboard.policy import ANY, Policy, page
+from stateboard.policy import ANY, NOTIFICATIONS_CHANGED, Policy, page
 
 PER_PAGE = 50
-CHANGED = "notifications-changed"
 
 
 @require_GET
@@ -41,7 +40,7 @@ def notification_read(request, notification_id):
         raise Http404("No such notification of yours.")
     if request.htmx:
         response = render(request, "ledger/notification_list.html#notification-row", {"notification": notification})
-        return trigger_client_event(response, CHANGED)
+        return trigger_client_event(response, NOTIFICATIONS_CHANGED)
     return redirect(_back(request))
 
 
@@ -52,7 +51,7 @@ def notification_read_all(request):
     marked = services.notifications_read_all(user=request.user)
     if request.htmx:
         response = _listed(request, section=True)
-        return trigger_client_event(response, CHANGED)
+        return trigger_client_event(response, NOTIFICATIONS_CHANGED)
     messages.success(request, f"{marked} notification{'s' if marked != 1 else ''} marked read.")
     return redirect(_back(request))
 
@@ -60,7 +59,7 @@ def notification_read_all(request):
 @require_GET
 @page(Policy(roles=ANY))
 def notification_link(request):
-    """The menu's Notifications link with its unread badge (polled, and refetched on ``notifications-changed``)."""
+    """The menu's Notifications link with its unread badge (polled, and refetched on ``NOTIFICATIONS_CHANGED``)."""
     return render(request, "ledger/partials/notifications_link.html", {"current": request.GET.get("current") == "1"})
 
 

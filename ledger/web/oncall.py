@@ -12,10 +12,10 @@ from ledger import authorizers, selectors, services
 from ledger.web import preview
 from ledger.web.forms import BulkActionForm, PreviewForm, ReasonForm, RequiredReasonForm
 from ledger.models import Run
-from ledger.web.common import form_checked, safe_next
+from ledger.web.common import form_checked
 from stateboard.errors import DomainError
 from stateboard import policy
-from stateboard.policy import ANY, Policy, page
+from stateboard.policy import ANY, NOTIFICATIONS_CHANGED, Policy, page, safe_next
 
 WAITS_FOR_AGENT = ("fresh", "resume", "verify_only")
 
@@ -109,7 +109,8 @@ def _oncall_action(request, run_id, action: str):
         return redirect(back)
     response = render(request, "ledger/oncall.html#oncall-row",
                       {"run": run, "changed": action, "changed_text": done_message(action, run), "next_url": back})
-    return trigger_client_event(response, "run-changed", {"id": str(run.id), "state": run.state})
+    trigger_client_event(response, "run-changed", {"id": str(run.id), "state": run.state})
+    return trigger_client_event(response, NOTIFICATIONS_CHANGED)  # the escalation's notifications are settled
 
 
 def _oncall_view(action: str):
@@ -169,4 +170,5 @@ def _oncall_bulk(request, action: str):
     # The bulk form includes the filter form (hx-include), so the table comes back for the same filters.
     context = {**_oncall_context(request, request.POST), "bulk_summary": summary, "bulk_refused": refused}
     response = render(request, "ledger/oncall.html#oncall-table", context)
-    return trigger_client_event(response, "run-changed", {"bulk": action, "done": len(done)})
+    trigger_client_event(response, "run-changed", {"bulk": action, "done": len(done)})
+    return trigger_client_event(response, NOTIFICATIONS_CHANGED)
