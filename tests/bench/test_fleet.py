@@ -18,7 +18,7 @@ def test_bench_longpoll_prints_the_ratios_beside_waiting_leases(bench_command):
 
 
 def test_bench_fleet_steps_agents_and_prints_the_capacity(bench_command):
-    stdout = bench_command("fleet", "--steps", "4,8", "--step-seconds", "5", timeout=200)
+    stdout = bench_command("fleet", "--steps", "4,8", "--step-seconds", "3", timeout=200)
     steps = re.findall(r"N=\s*(\d+): appends\s+(\d+) p95\s+([\d.]+) ms.*errors (\d+)", stdout)
     assert [n for n, *_ in steps] == ["4", "8"], stdout
     assert all(int(appends) > 0 and float(p95) > 0 and errors == "0" for _, appends, p95, errors in steps), stdout
