@@ -226,13 +226,13 @@ def needs_human(*, user) -> dict:
     from knowledge import selectors as claims
 
     now = timezone.now()
-    runs = Run.objects.filter(state__in=NEEDS_HUMAN_STATES)
+    stale_or_flagged = claims.claims_live(user=user, now=now).filter(
+        Q(current__refresh_after__lte=now) | Q(needs_review=True))  # a head that is both counts once
     return {
-        "escalated": _capped(runs.filter(state="escalated")),
-        "compensate": _capped(runs.filter(state="compensate")),
+        "escalated": _capped(Run.objects.filter(state="escalated")),
+        "compensate": _capped(Run.objects.filter(state="compensate")),
         "approvals": _capped(Approval.objects.filter(status="pending").exclude(kind=Approval.Kind.ESCALATION)),
-        "claims": min(COUNT_CAP + 1, _capped(claims.claims_pending(user=user)) + _capped(
-            claims.claims_stale(user=user, now=now)) + _capped(claims.claims_flagged(user=user))),
+        "claims": min(COUNT_CAP + 1, _capped(claims.claims_pending(user=user)) + _capped(stale_or_flagged)),
     }
 
 

@@ -178,3 +178,16 @@ def test_retention_path_is_the_only_way_past_the_guard(owner):
     with pytest.raises(DatabaseError), transaction.atomic():
         Claim.objects.filter(id=claim.id).update(statement="")
     assert Claim.objects.get(id=claim.id).statement
+
+
+@pytest.mark.django_db
+def test_a_claim_both_stale_and_flagged_is_one_claim_to_review(owner, agent):
+    """The needs-a-human count reads claims to review once per key."""
+    from ledger import selectors as ledger_selectors
+
+    stale = services.claim_propose(user=agent.user, data=stale_proposal())
+    assert ledger_selectors.needs_human(user=owner.user)["claims"] == 1
+    ClaimReview.objects.create(key=stale.key, source_key="its/source", source_store_version=stale.store_version + 1,
+                               reason="source_tombstoned", actor="system", created_at=timezone.now())
+    assert selectors.claims_flagged(user=owner.user).filter(key=stale.key).exists()  # stale and flagged
+    assert ledger_selectors.needs_human(user=owner.user)["claims"] == 1
