@@ -37,7 +37,7 @@ def run_list():
 
 
 def run_events(*, run):
-    return LedgerEvent.objects.filter(run=run).order_by("seq")
+    return LedgerEvent.objects.of_run(run).order_by("seq")
 
 
 def run_detail(*, run_id):
@@ -317,7 +317,7 @@ def notifications_unread_count(*, user) -> int:
 
 def run_events_page(*, run, before: int | None = None, from_seq: int | None = None, limit: int = 50) -> list:
     """Newest events first: a page of ``limit`` before ``before``, or (live refresh) all from ``from_seq`` on."""
-    events = LedgerEvent.objects.filter(run=run).order_by("-seq")
+    events = LedgerEvent.objects.of_run(run).order_by("-seq")
     if before is not None:
         events = events.filter(seq__lt=before)
     if from_seq is not None:
@@ -327,7 +327,7 @@ def run_events_page(*, run, before: int | None = None, from_seq: int | None = No
 
 def run_transitions(*, run) -> list[dict]:
     """The run's transition events, in order ({seq, at, stage, reason_code, from, to, cause}): its path."""
-    rows = (LedgerEvent.objects.filter(run=run, kind="transition").order_by("seq")
+    rows = (LedgerEvent.objects.of_run(run).filter(kind="transition").order_by("seq")
             .values_list("seq", "at", "stage", "reason_code", "data"))
     return [{**(data if isinstance(data, dict) else {}), "seq": seq, "at": at, "stage": stage, "reason_code": reason}
             for seq, at, stage, reason, data in rows]
@@ -335,13 +335,13 @@ def run_transitions(*, run) -> list[dict]:
 
 def run_stage_events(*, run) -> list[tuple[str, str, object]]:
     """(stage, kind, at) of the run's stage events (outcomes, approval requests), oldest first: its timeline."""
-    return list(LedgerEvent.objects.filter(run=run, kind__in=(*STAGE_OUTCOME_KINDS, "approval_requested"))
+    return list(LedgerEvent.objects.of_run(run).filter(kind__in=(*STAGE_OUTCOME_KINDS, "approval_requested"))
                 .exclude(stage="").order_by("seq").values_list("stage", "kind", "at"))
 
 
 def stage_times(*, run) -> dict[str, dict]:
     """Per stage: first ``started`` and last outcome moment, from the ledger (one grouped read)."""
-    rows = (LedgerEvent.objects.filter(run=run, kind__in=STAGE_OUTCOME_KINDS).exclude(stage="")
+    rows = (LedgerEvent.objects.of_run(run).filter(kind__in=STAGE_OUTCOME_KINDS).exclude(stage="")
             .values("stage").annotate(start=Min("at", filter=Q(kind="started")), end=Max("at")))
     return {r["stage"]: {"start": r["start"], "end": r["end"]} for r in rows}
 

@@ -47,7 +47,7 @@ def _history():
             last = services.event_append(run_id=run.id, body={"stage": "build", "kind": "succeeded", "effect": {
                 "system": "git", "operation": "push", "reference": f"r{n}"}}, actor="agent:a")
     LedgerEvent.objects.create(  # what a broken claim would let through: the last key executed again
-        run_id=run.id, seq=Run.objects.get(id=run.id).event_count + 1, at=timezone.now(), stage="build",
+        run_id=run.id, intent=run.intent, seq=Run.objects.get(id=run.id).event_count + 1, at=timezone.now(), stage="build",
         kind="succeeded", actor="agent:x", input_fingerprint=run.input_fingerprint, policy_version="1",
         idempotency_key=last[0].idempotency_key, hash="0" * 64)
     failed = _trigger(quiet, "q", hours_ago=3, latency_ms=250.0)

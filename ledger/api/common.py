@@ -10,7 +10,7 @@ from rest_framework.generics import ListAPIView
 from rest_framework.pagination import CursorPagination
 
 from ledger import selectors
-from ledger.models import Approval, Run, Workflow
+from ledger.models import Approval, Run, RunKey, Workflow
 from ledger.services.audit import audit_record
 from stateboard.errors import Invalid, NotFound
 from stateboard.policy import PolicyApi, request_data, request_field
@@ -89,7 +89,7 @@ def _agents_of(slugs) -> list[list[str]]:
 
 def agents_of_run(request, kwargs) -> list[list[str]]:
     """The allow-list of the path's run's workflow (a run that does not exist: none; the service says 404)."""
-    found = Run.objects.filter(id=kwargs["run_id"]).values_list("workflow__agents", flat=True).first()
+    found = RunKey.objects.filter(run_id=kwargs["run_id"]).values_list("workflow__agents", flat=True).first()
     return [found] if found else []
 
 
@@ -125,7 +125,7 @@ def refusal_record(user, *, action: str, code: str, request, kwargs: dict, error
     else:
         target = kwargs.get("key") or kwargs.get("slug") or request_field(request, "key") \
             or request_field(request, "workflow")
-    if run_id is not None and not Run.objects.filter(id=run_id).exists():
+    if run_id is not None and not RunKey.objects.filter(run_id=run_id).exists():
         run_id = None
     with transaction.atomic():
         audit_record(user=user, action=action, outcome="refused", run_id=run_id, target=str(target)[:200],

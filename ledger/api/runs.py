@@ -63,14 +63,14 @@ class RunListCreateApi(PolicyListApi):
             trigger_key=data.get("trigger_key") or None, inputs=data["inputs"],
             env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(user), staged=data.get("staged", False))
         if created:  # a duplicate decided nothing
-            transaction.on_commit(functools.partial(_decision_latency_record, run.id, arrived), robust=True)
+            transaction.on_commit(functools.partial(_decision_latency_record, run, arrived), robust=True)
         return Response(run_body(run, duplicate=not created),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
-def _decision_latency_record(run_id, arrived: float) -> None:
+def _decision_latency_record(run: Run, arrived: float) -> None:
     """Runs once the trigger's transaction (and so its `decided` event) has committed."""
-    Run.objects.filter(id=run_id).update(decision_latency_ms=(time.monotonic() - arrived) * 1000)
+    Run.objects.filter(id=run.id, intent=run.intent).update(decision_latency_ms=(time.monotonic() - arrived) * 1000)
 
 
 class RunLeaseInputSerializer(serializers.Serializer):

@@ -33,6 +33,12 @@ def append_only_triggers():
     return shared_append_only_triggers(what="the ledger is append-only")
 
 
+class RunRowsQuerySet(models.QuerySet):
+    def of_run(self, run):
+        """The rows of ``run``, by its id and its intent: on PostgreSQL, one partition read (SPEC §13)."""
+        return self.filter(run_id=run.id, intent=run.intent)
+
+
 class Agent(models.Model):
     """A machine identity; its user belongs to the ``agent`` group."""
 
@@ -194,6 +200,7 @@ class LedgerEvent(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events",
                             db_index=False)  # event_unique_run_seq (run, seq) serves every lookup by run
+    intent = models.CharField(max_length=500)  # the run's: the partition key on PostgreSQL (SPEC §13)
     seq = models.PositiveIntegerField()
     at = models.DateTimeField()
     stage = models.CharField(max_length=100, blank=True)
@@ -212,6 +219,8 @@ class LedgerEvent(models.Model):
     prev_hash = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64)
 
+
+    objects = RunRowsQuerySet.as_manager()
     class Meta:
         ordering = ["run", "seq"]
         constraints = [
@@ -263,6 +272,8 @@ class Effect(models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
+
+    objects = RunRowsQuerySet.as_manager()
     class Meta:
         ordering = ["created_at"]
         constraints = [
@@ -300,6 +311,8 @@ class Checkpoint(models.Model):
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField()
 
+
+    objects = RunRowsQuerySet.as_manager()
     class Meta:
         ordering = ["-id"]
         indexes = [

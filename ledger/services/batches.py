@@ -61,8 +61,8 @@ def events_append(*, run_id, bodies, actor: str) -> tuple[list[LedgerEvent], boo
 def _batch_recorded(run: Run, bodies: list[dict], digests: list[str]) -> list[LedgerEvent] | None:
     """The batch's events if all of it was recorded before, None if none of it; 409 if only part of it
     (or one with another body), with the index where it differs."""
-    found = {e.client_event_id: e for e in LedgerEvent.objects.filter(
-        run_id=run.id, client_event_id__in=[body["client_event_id"] for body in bodies])}
+    found = {e.client_event_id: e for e in LedgerEvent.objects.of_run(run).filter(
+        client_event_id__in=[body["client_event_id"] for body in bodies])}
     if not found:
         return None
     first_recorded = bodies[0]["client_event_id"] in found

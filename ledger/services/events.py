@@ -148,6 +148,9 @@ def _claim_effect(app: _Append, event: LedgerEvent) -> str:
     if store().effect_insert(claim):
         return key
     existing = Effect.objects.select_for_update().get(idempotency_key=key)
+    if existing.intent != run.intent:  # a key is one intent's for good: its effect stays in that intent
+        raise Conflict("effect_exists", "This effect key belongs to another intent's effect; use a key of your own.",
+                       effect=effect_out(existing))
     if effects.effect_next(existing.status, "started", run_state=run.state) is None:
         raise Conflict("effect_exists", "This effect was already started; verify it, never re-execute it.",
                        effect=effect_out(existing))

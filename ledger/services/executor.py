@@ -50,7 +50,7 @@ class _Pass:
 
 
 def _save_state(run: Run, state: dict) -> None:
-    Run.objects.filter(id=run.id).update(executor_state=state)
+    Run.objects.filter(id=run.id, intent=run.intent).update(executor_state=state)
 
 
 def _escalate(run: Run, reason: str, now: datetime, **data) -> str:

@@ -130,11 +130,11 @@ def run_rollback(*, run_id, user, to_stage, reason: str = "", compensate: bool =
 def compensation_scope(run: Run) -> tuple[list[str], bool]:
     """(the keys a compensation of this run undoes, whether it is a rollback's). A rollback's covers the
     effects it isolated; an on-call one every effect of the fingerprint that happened."""
-    last_reason = (LedgerEvent.objects.filter(run=run, kind="transition").order_by("-seq")
+    last_reason = (LedgerEvent.objects.of_run(run).filter(kind="transition").order_by("-seq")
                    .values_list("reason_code", flat=True).first())
     held = selectors.effects_of_intent(run=run)
     if last_reason == ROLLBACK_COMPENSATE:
-        rolled = (LedgerEvent.objects.filter(run=run, kind="rolled_back").order_by("-seq")
+        rolled = (LedgerEvent.objects.of_run(run).filter(kind="rolled_back").order_by("-seq")
                   .values_list("data", flat=True).first()) or {}
         isolated = held.filter(idempotency_key__in=rolled.get("isolated") or [], status="isolated")
         return sorted(isolated.values_list("idempotency_key", flat=True)), True

@@ -18,7 +18,7 @@ from ledger.domain import machine, recovery
 from ledger.domain.projection import lease_next
 from ledger.services.notifications import approval_keys, notifications_settle
 from ledger.store import store
-from ledger.models import LEASED_STATES, TERMINAL_STATES, EventKind, LedgerEvent, Run, Workflow
+from ledger.models import LEASED_STATES, TERMINAL_STATES, EventKind, LedgerEvent, Run, RunKey, Workflow
 from stateboard.canonical import canonical_json, digest, sha256_hex
 from stateboard.errors import Conflict, NotFound
 
@@ -86,7 +86,7 @@ class RunWriter:
         run = self.run
         fields.setdefault("actor", self.actor)
         event = LedgerEvent(**dict(
-            run_id=run.id, seq=run.event_count + 1, at=self.now, stage=stage, kind=kind,
+            run_id=run.id, intent=run.intent, seq=run.event_count + 1, at=self.now, stage=stage, kind=kind,
             input_fingerprint=run.input_fingerprint, policy_version=run.policy_version,
             env_fingerprint=run.env_fingerprint, prev_hash=run.last_hash or GENESIS_HASH, **fields,
         ))
@@ -345,7 +345,7 @@ def intent_lock(workflow_id: int, intent: str) -> None:
 def workflow_and_run_lock(run_id) -> tuple[Workflow, Run]:
     """Lock in the order every writer uses: the run's intent first (``intent_lock``), then the run."""
     try:
-        found = Run.objects.filter(id=run_id).values_list("workflow_id", "intent").first()
+        found = RunKey.objects.filter(run_id=run_id).values_list("workflow_id", "intent").first()
     except (ValueError, TypeError, DjangoValidationError):
         found = None
     if found is None:
@@ -360,7 +360,7 @@ def workflow_and_run_lock(run_id) -> tuple[Workflow, Run]:
 def chain_verify(*, run: Run) -> dict:
     """Recompute the run's hash chain: ``{ok, events, first_bad_seq}`` (a gap counts as tampering)."""
     prev, expected_seq, first_bad, count = GENESIS_HASH, 1, None, 0
-    for event in LedgerEvent.objects.filter(run=run).order_by("seq").iterator(chunk_size=2000):
+    for event in LedgerEvent.objects.of_run(run).order_by("seq").iterator(chunk_size=2000):
         count += 1
         if first_bad is None:
             if event.seq != expected_seq:

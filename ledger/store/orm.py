@@ -10,7 +10,7 @@ import uuid
 
 from django.db import IntegrityError, transaction
 
-from ledger.models import ApiToken, Checkpoint, Effect, LedgerEvent, Run
+from ledger.models import ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run
 
 
 class OrmStore:
@@ -31,12 +31,16 @@ class OrmStore:
             return None, []
         return token, list(token.user.groups.values_list("name", flat=True))
 
+    def runs_by_id(self, run_id: uuid.UUID):
+        """The queryset of the run with this id."""
+        return Run.objects.filter(id=run_id)
+
     def run_read(self, run_id: uuid.UUID, *, lock: bool) -> Run | None:
         """The run with its workflow (``inputs`` deferred), locked FOR UPDATE with ``lock``."""
-        runs = Run.objects.select_related("workflow").defer("inputs").order_by()
+        runs = self.runs_by_id(run_id).select_related("workflow").defer("inputs").order_by()
         if lock:
             runs = runs.select_for_update(of=("self",))
-        found = list(runs.filter(id=run_id))
+        found = list(runs)
         return found[0] if found else None
 
     def run_lock_for_event(self, run_id: uuid.UUID, client_event_id: str | None) -> tuple[Run | None, LedgerEvent | None]:
@@ -44,10 +48,11 @@ class OrmStore:
         run = self.run_read(run_id, lock=True)
         if run is None or client_event_id is None:
             return run, None
-        return run, self.event_by_client_id(run.id, client_event_id)
+        return run, self.event_by_client_id(run, client_event_id)
 
-    def event_by_client_id(self, run_id: uuid.UUID, client_event_id: str) -> LedgerEvent | None:
-        found = list(LedgerEvent.objects.filter(run_id=run_id, client_event_id=client_event_id).order_by()[:1])
+    def event_by_client_id(self, run: Run, client_event_id: str) -> LedgerEvent | None:
+        found = list(LedgerEvent.objects.filter(run_id=run.id, intent=run.intent, client_event_id=client_event_id)
+                     .order_by()[:1])
         return found[0] if found else None
 
     def run_insert(self, run: Run, events: list[LedgerEvent], checkpoints: list[Checkpoint]) -> None:
@@ -59,8 +64,8 @@ class OrmStore:
                   checkpoints: list[Checkpoint]) -> None:
         """A locked run's new events and checkpoints, and only its changed columns."""
         self.rows_write(events, checkpoints)
-        if changed:
-            run.save(update_fields=changed)
+        if changed:  # the intent named, so PostgreSQL reads one partition
+            Run.objects.filter(pk=run.pk, intent=run.intent).update(**{name: getattr(run, name) for name in changed})
 
     def rows_write(self, events: list[LedgerEvent], checkpoints: list[Checkpoint]) -> None:
         if events:
@@ -69,12 +74,13 @@ class OrmStore:
             Checkpoint.objects.bulk_create(checkpoints)
 
     def effect_insert(self, effect: Effect) -> bool:
-        """Insert a new effect claim; False (nothing written) when its key exists."""
+        """Insert a new effect claim and its key; False (nothing written) when the key exists."""
         try:
             with transaction.atomic():
+                EffectKey.objects.create(idempotency_key=effect.idempotency_key, intent=effect.intent)
                 effect.save(force_insert=True)
         except IntegrityError:
-            if not Effect.objects.filter(idempotency_key=effect.idempotency_key).exists():
+            if not EffectKey.objects.filter(idempotency_key=effect.idempotency_key).exists():
                 raise
             return False
         return True

@@ -9,9 +9,12 @@ from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models import OuterRef, Subquery
 from django.db.models.sql import InsertQuery, UpdateQuery
 
-from ledger.models import ApiToken, Checkpoint, Effect, LedgerEvent, Run
+from ledger.models import ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey
 from ledger.store.orm import OrmStore
 from stateboard.waits import CHANNEL
+
+
+_INTENT_OF = f"SELECT intent FROM {RunKey._meta.db_table} WHERE run_id = %s"
 
 
 class PostgresStore(OrmStore):
@@ -33,24 +36,41 @@ class PostgresStore(OrmStore):
                  .filter(key_hash=key_hash).first())
         return (token, token.group_names) if token is not None else (None, [])
 
+    def runs_by_id(self, run_id):
+        """By id and its intent, read first from the run's key: the statement then names the intent, so it
+        is planned for the run's one partition (planning all sixteen costs more than the extra read)."""
+        intent = self._intent_of(run_id)
+        return Run.objects.filter(id=run_id, intent=intent) if intent is not None else Run.objects.none()
+
+    def _intent_of(self, run_id) -> str | None:
+        """The run's intent from its key (a primary-key read of the small unpartitioned table)."""
+        with connection.cursor() as cursor:
+            cursor.execute(_INTENT_OF, [run_id])
+            row = cursor.fetchone()
+        return row[0] if row else None
+
     def run_lock_for_event(self, run_id, client_event_id: str | None):
-        """One statement: the run locked, the id of its event with ``client_event_id`` and its last seq as
-        the statement's snapshot saw them. Under READ COMMITTED that snapshot predates a wait for the lock:
-        when another writer appended meanwhile (the seq seen is not the locked row's), the lookup is made
-        again."""
+        """One statement after the run's key: the run locked, the id of its event with ``client_event_id``
+        and its last seq as the statement's snapshot saw them. Under READ COMMITTED that snapshot predates a
+        wait for the lock: when another writer appended meanwhile (the seq seen is not the locked row's),
+        the lookup is made again."""
         if client_event_id is None:
             return self.run_read(run_id, lock=True), None
-        events = LedgerEvent.objects.filter(run_id=OuterRef("pk")).order_by()
-        runs = (Run.objects.select_related("workflow").defer("inputs").order_by().select_for_update(of=("self",))
+        intent = self._intent_of(run_id)
+        if intent is None:
+            return None, None
+        events = LedgerEvent.objects.filter(run_id=OuterRef("pk"), intent=intent).order_by()
+        runs = (Run.objects.filter(id=run_id, intent=intent).select_related("workflow").defer("inputs").order_by()
+                .select_for_update(of=("self",))
                 .annotate(original_event_id=Subquery(events.filter(client_event_id=client_event_id).values("id")[:1]),
                           seen_seq=Subquery(events.order_by("-seq").values("seq")[:1])))
-        found = list(runs.filter(id=run_id))
+        found = list(runs)
         if not found:
             return None, None
         run = found[0]
         if (run.seen_seq or 0) != run.event_count:
-            return run, self.event_by_client_id(run.id, client_event_id)
-        original = LedgerEvent.objects.get(id=run.original_event_id) if run.original_event_id else None
+            return run, self.event_by_client_id(run, client_event_id)
+        original = LedgerEvent.objects.get(id=run.original_event_id, intent=intent) if run.original_event_id else None
         return run, original
 
     def queued_announce(self, workflow_slug: str) -> None:
@@ -73,6 +93,7 @@ class PostgresStore(OrmStore):
         update = UpdateQuery(Run)
         update.add_update_values({name: getattr(run, name) for name in changed})
         update.add_filter("pk", run.pk)
+        update.add_filter("intent", run.intent)
         update_sql, update_params = update.get_compiler(DEFAULT_DB_ALIAS).as_sql()
         returning = ", ".join(f"(SELECT array_agg(id ORDER BY id) FROM {name})" for name, _ in groups)
         with connection.cursor() as cursor:
@@ -83,14 +104,18 @@ class PostgresStore(OrmStore):
                 obj.pk, obj._state.adding, obj._state.db = pk, False, DEFAULT_DB_ALIAS
 
     def effect_insert(self, effect: Effect) -> bool:
-        """``INSERT … ON CONFLICT DO NOTHING``: one statement, no savepoint."""
+        """One statement, no savepoint: the key claimed with ``ON CONFLICT DO NOTHING`` (which waits for a
+        concurrent claim of it to end), and the effect inserted only when the key was this statement's."""
         fields = [f for f in Effect._meta.concrete_fields if not f.primary_key]
-        table = connection.ops.quote_name(Effect._meta.db_table)
-        columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(f.column) for f in fields)
         values = [f.get_db_prep_save(getattr(effect, f.attname), connection) for f in fields]
         with connection.cursor() as cursor:
-            cursor.execute(f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))}) "
-                           f"ON CONFLICT DO NOTHING RETURNING id", values)
+            cursor.execute(f"WITH k AS (INSERT INTO {quote(EffectKey._meta.db_table)} (idempotency_key, intent) "
+                           f"VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1) "
+                           f"INSERT INTO {quote(Effect._meta.db_table)} ({columns}) "
+                           f"SELECT {', '.join(['%s'] * len(fields))} FROM k RETURNING id",
+                           [effect.idempotency_key, effect.intent, *values])
             row = cursor.fetchone()
         if row is None:
             return False

@@ -25,7 +25,7 @@ def goal_rollback_context(run: Run, user, to_stage: str | None = None) -> dict:
     goals = list(services.goals_of(workflow=run.workflow, intent=run.intent)[:20])
     would_do = []
     if run.staged:  # the effects a staged run would have had: its succeeded events on effect stages
-        would_do = list(LedgerEvent.objects.filter(run=run, kind="succeeded", stage__in=run.workflow.effect_stages)
+        would_do = list(LedgerEvent.objects.of_run(run).filter(kind="succeeded", stage__in=run.workflow.effect_stages)
                         .order_by("seq").values("stage", "effect", "seq"))
     can_roll_back = allowed(authorizers.may_rollback, user, run) and not run.staged and run.state in ROLLBACK_STATES
     stages = list(run.workflow.stages)

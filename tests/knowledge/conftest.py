@@ -39,7 +39,7 @@ def make_ledger_event(kind: str = "verified") -> int:
         input_fingerprint="f" * 64, policy_version="1", created_at=now, updated_at=now,
     )
     event = LedgerEvent.objects.create(
-        run=run, seq=1, at=now, kind=kind, stage="verify", actor="agent:test",
+        run=run, intent=run.intent, seq=1, at=now, kind=kind, stage="verify", actor="agent:test",
         input_fingerprint="f" * 64, policy_version="1", hash="a" * 64,
     )
     return event.id

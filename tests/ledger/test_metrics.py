@@ -88,7 +88,7 @@ def test_duplicate_metric_counts_a_second_execution_only_without_proof_of_absenc
                                                                   "reference": "d1"})
     assert selectors.metrics(workflow_slug=wf.slug)["duplicate_side_effects"] == 0
     LedgerEvent.objects.create(  # what a broken claim would let through: the same key executed again
-        run_id=run["id"], seq=Run.objects.get(id=run["id"]).event_count + 1, at=timezone.now(), stage="deploy",
+        run_id=run["id"], intent=run["intent"], seq=Run.objects.get(id=run["id"]).event_count + 1, at=timezone.now(), stage="deploy",
         kind="succeeded", actor="agent:x",
         input_fingerprint=run["input_fingerprint"], policy_version="1", idempotency_key=last["idempotency_key"],
         hash="0" * 64)

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import transaction
 
-from ledger.models import Effect, LedgerEvent, Run, Workflow
+from ledger.models import Effect, EffectKey, LedgerEvent, Run, Workflow
 from ledger.services import chain_verify
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver
@@ -56,6 +56,7 @@ def _wipe():
         for _, model in reversed(IDENTITY_TYPES + SYSTEM_TYPES):
             model.objects.all().delete()
         get_user_model().objects.all().delete()
+        EffectKey.objects.all().delete()
 
 
 def _signed(lines: list[dict]) -> bytes:

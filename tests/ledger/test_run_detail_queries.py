@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from ledger import services
 from ledger.models import Approval, Effect
+from ledger.store import store
 from tests.factories import client_for, make_agent, make_workflow
 
 pytestmark = pytest.mark.django_db
@@ -19,9 +20,10 @@ def _run_with(n: int):
     run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={"n": n}, actor="agent:x")
     now = timezone.now()
     for i in range(n):
-        Effect.objects.create(idempotency_key=f"{run.id}-{i}", workflow=wf, intent=run.intent,
-                              input_fingerprint=run.input_fingerprint, stage="commit", run=run, status="attempted",
-                              claimed_seq=i + 1, last_seq=i + 1, created_at=now, updated_at=now)
+        assert store().effect_insert(Effect(
+            idempotency_key=f"{run.id}-{i}", workflow=wf, intent=run.intent, input_fingerprint=run.input_fingerprint,
+            stage="commit", run=run, status="attempted", claimed_seq=i + 1, last_seq=i + 1, created_at=now,
+            updated_at=now))
         Approval.objects.create(kind=Approval.Kind.HIGH_IMPACT, run=run, stage="deploy", action={"i": i},
                                 status="approved",
                                 action_digest=str(i), policy_version=run.policy_version,

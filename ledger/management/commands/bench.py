@@ -12,7 +12,7 @@ reach the server; nothing is written to it. Example::
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger.ops.bench import agents, fleet, instructions, knowledge, ledger, pages, sweeps
+from ledger.ops.bench import against, agents, fleet, instructions, knowledge, ledger, pages, sweeps
 from ledger.ops.bench.common import BenchError, Out, scratch_database
 
 
@@ -43,6 +43,9 @@ class Command(BaseCommand):
         parser.add_argument("--scale", type=float, default=1.0,
                             help="scale the data sizes (1.0: 1,000,000 events / 100,000 runs; tests use 0.001)")
         parser.add_argument("--skip-http", action="store_true", help="ledger: skip the HTTP API figures")
+        parser.add_argument("--against", metavar="REV",
+                            help="ledger: run the bench of an earlier release first (a git revision of this "
+                                 "repository, e.g. the release before), then this one's, and print the cost ratios")
         parser.add_argument("--skip-load", action="store_true",
                             help="ledger: skip the bulk load and the recovery-decision latency figures")
         parser.add_argument("--keep", action="store_true", help="keep the scratch database afterwards")
@@ -95,6 +98,13 @@ class Command(BaseCommand):
                 with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
                     agents.run(out=self.stdout, scale=options["scale"], reps=options["reps"],
                                duration=options["duration"], clients=options["clients"], db_name=options["db_name"])
+                return
+            if options["against"]:
+                if options["skip_load"]:
+                    raise CommandError("--against compares the figures at 1M events: drop --skip-load.")
+                against.run(out=self.stdout, against=options["against"], scale=options["scale"],
+                            skip_http=options["skip_http"], reps=options["reps"], duration=options["duration"],
+                            clients=options["clients"], db_name=options["db_name"])
                 return
             ledger.run(
                 out=self.stdout, scale=options["scale"], skip_http=options["skip_http"],

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from knowledge.models import Claim, ClaimHead
 from knowledge.services import store_versions_reserve
-from ledger.models import Checkpoint, Effect, LedgerEvent, Run, Workflow
+from ledger.models import Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
 from ledger.services import effect_key_default, input_fingerprint
 
 
@@ -70,7 +70,7 @@ RUN_FIELDS = ("id", "workflow", "intent", "trigger", "trigger_key", "inputs", "i
               "policy_version", "env_fingerprint", "state", "decision", "current_stage", "stage_states",
               "triggered_by", "created_at", "updated_at", "ended_at", "decided_at", "retried_at",
               "lease_owner", "lease_expires_at", "event_count", "last_hash")
-EVENT_FIELDS = ("run", "seq", "at", "stage", "kind", "actor", "input_fingerprint", "policy_version",
+EVENT_FIELDS = ("run", "intent", "seq", "at", "stage", "kind", "actor", "input_fingerprint", "policy_version",
                 "env_fingerprint", "idempotency_key", "effect", "evidence", "reason_code", "data",
                 "client_event_id", "body_digest", "prev_hash", "hash")
 CHECKPOINT_FIELDS = ("workflow", "intent", "run", "source", "payload", "input_fingerprint",
@@ -218,7 +218,7 @@ class LedgerHistory:
                 at = t + timedelta(seconds=20 * seq)
                 seq_at[seq] = at
                 digest = hashlib.sha256(f"{prev}{run_id}{seq}{kind}{stage}".encode()).hexdigest()
-                rows["events"].append((run_id, seq, at, stage, kind, "agent:loader" if agent else "system", fp,
+                rows["events"].append((run_id, intent, seq, at, stage, kind, "agent:loader" if agent else "system", fp,
                                        wf.policy_version, ENV, idem, effect, evidence, reason_code, data,
                                        uuid.uuid4().hex if agent else None, "", prev, digest))
                 prev = digest
@@ -265,13 +265,14 @@ class LedgerHistory:
         batch_runs = max(50, min(5000, runs_target // 10 or 50))
         last_progress = 0.0
         while self.totals["runs"] < goal_runs:
-            rows = {"runs": [], "events": [], "checkpoints": [], "effects": []}
+            rows = {"runs": [], "events": [], "checkpoints": [], "effects": []}  # effect keys: from the effects
             while len(rows["runs"]) < batch_runs and self.totals["runs"] + len(rows["runs"]) < goal_runs:
                 self._intent_rows(rows)
             with transaction.atomic():
                 copy_rows(Run, RUN_FIELDS, rows["runs"])
                 copy_rows(LedgerEvent, EVENT_FIELDS, rows["events"])
                 copy_rows(Checkpoint, CHECKPOINT_FIELDS, rows["checkpoints"])
+                copy_rows(EffectKey, ("idempotency_key", "intent"), ((e[0], e[2]) for e in rows["effects"]))
                 copy_rows(Effect, EFFECT_FIELDS, rows["effects"])
             for key in self.totals:
                 self.totals[key] += len(rows[key])
@@ -281,7 +282,7 @@ class LedgerHistory:
                 self.say(f"  [{label}] loaded {self.totals['events']:,} / ~{goal_events:,} events, "
                          f"{self.totals['runs']:,} / {goal_runs:,} runs, {self.totals['checkpoints']:,} "
                          f"checkpoints, {self.totals['effects']:,} effects ({elapsed:.1f} s)")
-        analyze(Run, LedgerEvent, Checkpoint, Effect)
+        analyze(Run, RunKey, LedgerEvent, Checkpoint, Effect, EffectKey)
 
 
 # ---------------------------------------------------------------------------------------------

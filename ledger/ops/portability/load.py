@@ -16,7 +16,7 @@ from django.core.management.color import no_style
 from django.db import IntegrityError, connection, transaction
 
 from knowledge.models import Claim
-from ledger.models import AuditEntry, Goal, Run, Workflow
+from ledger.models import AuditEntry, EffectKey, Goal, Run, Workflow
 import ledger.ops.portability.checks as checks
 import ledger.ops.portability.signing as signing
 from ledger.ops.portability.export import FORMAT
@@ -48,7 +48,7 @@ def _parsed(number: int, raw: bytes) -> dict:
 
 
 def _target_empty() -> None:
-    for model in (Workflow, Run, Claim, Goal, AuditEntry, User):
+    for model in (Workflow, Run, EffectKey, Claim, Goal, AuditEntry, User):
         if model.objects.exists():
             raise ImportRefused(f"the database is not empty ({model._meta.verbose_name_plural} exist): "
                                 "import_ledger loads into an empty database only")
@@ -79,16 +79,21 @@ def import_file(data: bytes, *, trust_unsigned: bool = False) -> dict:
         raise ImportRefused("export_unsigned: the file has no signature line; --trust-unsigned imports it "
                             "without its identities")
     rows = defaultdict(list)
+    run_intents = {}
     for number, raw in lines[1:-1] if signed else lines[1:]:
         obj = _parsed(number, raw)
         line_type = obj.pop("type")
         if line_type not in TYPES:
             raise ImportRefused(f"line {number}: unknown type {line_type!r}")
+        if line_type == "event" and "intent" not in obj:  # files from before events carried it
+            obj["intent"] = run_intents.get(obj.get("run_id"), "")
         try:
             row = row_from_line(line_type, obj)
         except LineInvalid as exc:
             raise ImportRefused(f"line {number} ({line_type}): {exc}")
         rows[line_type].append((number, row, obj))
+        if line_type == "run":
+            run_intents[obj.get("id")] = row.intent
     if not signed:
         for line_type, _ in IDENTITY_TYPES:
             rows.pop(line_type, None)
@@ -130,6 +135,9 @@ def _insert_rows(rows: dict) -> dict:
         found = rows.get(line_type, [])
         try:
             with transaction.atomic():
+                if line_type == "effect":  # an effect's key is claimed with it (ledger.models.keys)
+                    EffectKey.objects.bulk_create([EffectKey(idempotency_key=row.idempotency_key, intent=row.intent)
+                                                   for _, row, _ in found], batch_size=2000)
                 model.objects.bulk_create([row for _, row, _ in found], batch_size=2000)
         except IntegrityError as exc:
             raise ImportRefused(f"{line_type}: the rows do not fit together ({str(exc).splitlines()[0][:200]})")
