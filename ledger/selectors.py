@@ -4,7 +4,7 @@ Every signed-in role reads every run, approval and effect, so these take no ``us
 contract scopes what a user sees (sensitive claims), the selector takes ``user=`` (knowledge).
 """
 
-from django.db.models import Count, Exists, Max, Min, OuterRef, Prefetch, Q, Subquery
+from django.db.models import Count, Exists, Max, Min, OuterRef, Prefetch, Q, Subquery, prefetch_related_objects
 from django.utils import timezone
 
 from knowledge.selectors import knowledge_metrics
@@ -13,6 +13,7 @@ from ledger.domain.effects import EXECUTION_KINDS, UNVERIFIED, first_repeat
 from ledger.filters import OncallRunFilter, RunFilter, id_prefix_q
 from ledger.models import (HOLDING_STATES, STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
                            Notification, ReplayEval, Run, Workflow)
+from ledger.store import store
 from stateboard.policy import throttled_total
 from stateboard.stats import percentile
 
@@ -40,12 +41,17 @@ def run_events(*, run):
     return LedgerEvent.objects.of_run(run).order_by("seq")
 
 
+def run_by_id(run_id):
+    """The run with its workflow; ``Run.DoesNotExist`` if there is none (read through the store: one partition)."""
+    return store().runs_by_id(run_id).select_related("workflow").get()
+
+
 def run_detail(*, run_id):
-    return (run_list()
-            .prefetch_related(Prefetch("effects", queryset=Effect.objects.select_related("workflow")
-                                       .order_by("claimed_seq")),
-                              Prefetch("approvals", queryset=Approval.objects.order_by("-created_at")))
-            .get(id=run_id))
+    run = run_by_id(run_id)
+    prefetch_related_objects([run], Prefetch("effects", queryset=Effect.objects.filter(intent=run.intent)
+                                             .select_related("workflow").order_by("claimed_seq")),
+                             Prefetch("approvals", queryset=Approval.objects.order_by("-created_at")))
+    return run
 
 
 INTENT_HOLDING_STATES = (*HOLDING_STATES, "escalated")

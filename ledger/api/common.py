@@ -65,7 +65,7 @@ def validated(serializer_class, data) -> dict:
 def run_get(run_id) -> Run:
     """The run of a ``<uuid:run_id>`` path (a malformed id never reaches the view: 404 ``not_found``)."""
     try:
-        return selectors.run_list().get(id=run_id)
+        return selectors.run_by_id(run_id)
     except Run.DoesNotExist:
         raise NotFound("run_not_found", f"No run with id {run_id}.")
 

@@ -8,6 +8,7 @@ from rest_framework.response import Response
 
 from ledger import resume, selectors
 from ledger.api.components import ResumePacketSerializer
+from ledger.models import Run
 from stateboard.openapi import operation
 from ledger.api.operations import OPS
 from stateboard.errors import Invalid, NotFound
@@ -36,7 +37,10 @@ class RunResumePacketApi(PolicyApi):
             budget = int(raw)
         except ValueError:
             raise Invalid("invalid_budget", "budget_tokens must be an integer from 200 to 100000.", status_code=400)
-        run = selectors.run_list().filter(id=run_id).first() if _is_uuid(run_id) else None
+        try:
+            run = selectors.run_by_id(run_id) if _is_uuid(run_id) else None
+        except Run.DoesNotExist:
+            run = None
         if run is None:
             raise NotFound("run_not_found", f"No run with id {run_id}.")
         return Response(resume.resume_packet(run=run, user=request.user, budget_tokens=budget))

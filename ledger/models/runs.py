@@ -222,7 +222,7 @@ class LedgerEvent(models.Model):
 
     objects = RunRowsQuerySet.as_manager()
     class Meta:
-        ordering = ["run", "seq"]
+        ordering = ["run_id", "seq"]  # (not "run": that would join the run for its own ordering)
         constraints = [
             models.UniqueConstraint(fields=["run", "seq"], name="event_unique_run_seq"),
             models.UniqueConstraint(

@@ -139,7 +139,8 @@ def _begin(run_id, stage: str, now: datetime) -> _Pass | str:
             key, reference = _compensation_key(state), state.get("reference", "")
         else:
             key = _effect_key(run, stage)
-            reference = Effect.objects.filter(idempotency_key=key).values_list("reference", flat=True).first() or ""
+            reference = (Effect.objects.filter(intent=run.intent, idempotency_key=key)
+                         .values_list("reference", flat=True).first() or "")
     return _Pass(phase, attempt, handler, name, state["action"], key, reference,
                  {"run": str(run.id), "workflow": run.workflow.slug, "intent": run.intent, "stage": stage},
                  compensation)

@@ -86,8 +86,8 @@ def run_rollback(*, run_id, user, to_stage, reason: str = "", compensate: bool =
     event = writer.emit(EventKind.ROLLED_BACK, to_stage, reason_code="rolled_back",
                         data={"reason": reason, "isolated": keys, "compensate": compensate, "role": role})
     target, sources = effects.effect_moves("rolled_back", run_state=run.state)
-    Effect.objects.filter(idempotency_key__in=keys, status__in=sources).update(status=target, last_seq=event.seq,
-                                                                              updated_at=now)
+    Effect.objects.filter(intent=run.intent, idempotency_key__in=keys, status__in=sources).update(
+        status=target, last_seq=event.seq, updated_at=now)
     generations_bump(workflow_id=workflow.id, intent=run.intent, fingerprint=run.input_fingerprint,
                      stages=[s for s in later if s in workflow.effect_stages])
     # Permits (and open requests) for the rolled-back stages no longer cover anything.
@@ -147,7 +147,7 @@ def compensation_done(writer: RunWriter, event: LedgerEvent) -> None:
     changed meanwhile, decides it again under the new goal)."""
     run, data = writer.run, event.data or {}
     target, sources = effects.effect_moves("compensated", run_state=run.state)
-    undone = Effect.objects.filter(idempotency_key__in=data.get("effects") or [], status__in=sources)
+    undone = Effect.objects.filter(intent=run.intent, idempotency_key__in=data.get("effects") or [], status__in=sources)
     stages = set(undone.values_list("stage", flat=True))
     undone.update(status=target, last_seq=event.seq, updated_at=event.at)
     if data.get("rollback"):

@@ -12,8 +12,8 @@ from django.utils import timezone
 from knowledge.selectors import store_version as knowledge_store_version
 from ledger.domain import recovery
 from ledger import selectors
-from ledger.models import (HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EventKind, Run, RunKey, Trigger,
-                           Workflow)
+from ledger.models import (HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EffectKey, EventKind, Run, RunKey,
+                           Trigger, Workflow)
 from ledger.ops.schedules import SLOT_FORMAT
 from ledger.services.escalations import escalation_raise
 from ledger.services.versions import goal_latest_version
@@ -89,7 +89,7 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
         observed = (latest.payload or {}).get("observed_effects") or []
         keys = [k for k in observed if isinstance(k, str)]
         if keys:
-            existing_keys = frozenset(Effect.objects.filter(idempotency_key__in=keys)
+            existing_keys = frozenset(EffectKey.objects.filter(idempotency_key__in=keys)  # (unpartitioned)
                                       .values_list("idempotency_key", flat=True))
         if latest.version_boundary is not None:
             store_version = knowledge_store_version()

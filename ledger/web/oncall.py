@@ -97,7 +97,7 @@ def done_message(action: str, run) -> str:
 def _oncall_action(request, run_id, action: str):
     back = _oncall_back(request)
     try:
-        run = selectors.run_list().get(id=run_id)
+        run = selectors.run_by_id(run_id)
     except Run.DoesNotExist:
         raise Http404("No such run.")
     ONCALL_AUTHORIZERS[action](request.user, run)

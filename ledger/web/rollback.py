@@ -40,7 +40,7 @@ def goal_rollback_context(run: Run, user, to_stage: str | None = None) -> dict:
 
 def _run(run_id) -> Run:
     try:
-        return selectors.run_list().get(id=run_id)
+        return selectors.run_by_id(run_id)
     except Run.DoesNotExist:
         raise Http404("No such run.")
 

@@ -92,9 +92,19 @@ def run(*, out, against: str, scale: float, skip_http: bool, reps: int, duration
     say("== this release ==")
     now = ledger.run(out=out, scale=scale, skip_http=skip_http, reps=reps, duration=duration, clients=clients,
                      db_name=db_name).figures
+    report = compare(before, now, against)
+    say("")
+    say(f"== this release against {against} (cost = now / before for times, before / now for rates) ==")
+    for line in report.table():
+        say(line)
+    return report
+
+
+def compare(before: dict, now: dict, against: str) -> Report:
+    """The compared figures of both runs as rows, each with its cost ratio and, where targeted, a verdict."""
     report = Report()
     for key, label, kind in COMPARED:
-        if key not in before or key not in now or not before[key] or not now[key]:
+        if not before.get(key) or not now.get(key):
             continue
         cost = before[key] / now[key] if kind == "rate" else now[key] / before[key]
         report.figures[key] = {"before": before[key], "now": now[key], "cost": cost}
@@ -102,8 +112,4 @@ def run(*, out, against: str, scale: float, skip_http: bool, reps: int, duration
         report.add(Row(label, f"{now[key]:,.2f}{unit}", f"{against}: {before[key]:,.2f}{unit}", f"{cost:.2f}x",
                        f"<= {TARGET_COST:g}x" if key in TARGETED else "(info)",
                        verdict(cost <= TARGET_COST) if key in TARGETED else ""))
-    say("")
-    say(f"== this release against {against} (cost = now / before for times, before / now for rates) ==")
-    for line in report.table():
-        say(line)
     return report
