@@ -277,7 +277,7 @@ def _with_last_reason(runs):
     ``compensable`` mirrors ``services.compensation_plan(run) is not None`` in the same query (the
     on-call page offers Compensate only then); tests/test_dash_oncall.py checks they agree.
     """
-    last_reason = (LedgerEvent.objects.filter(run=OuterRef("pk"), kind="transition")
+    last_reason = (LedgerEvent.objects.filter(run=OuterRef("pk"), intent=OuterRef("intent"), kind="transition")
                    .order_by("-seq").values("reason_code")[:1])
     undoable = Effect.objects.filter(workflow_id=OuterRef("workflow_id"), intent=OuterRef("intent"),
                                      input_fingerprint=OuterRef("input_fingerprint")).exclude(

@@ -184,3 +184,8 @@ def test_the_migration_moves_an_existing_database(django_db_blocker):
 def test_the_migration_moves_an_existing_sqlite_database(tmp_path):
     """The embedded database keeps one table each, and gets its events' intents and both key tables."""
     _upgraded_as_expected(_upgrade(f"sqlite:///{tmp_path}/upgrade.sqlite3"))
+
+
+def test_the_product_connects_without_jit():
+    """JIT compiled the on-call page's plan over sixteen partitions for 7 s (it runs in 0.2 s without)."""
+    assert _rows("SHOW jit") == [("off",)]
