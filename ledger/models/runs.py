@@ -113,6 +113,8 @@ class Trigger(models.TextChoices):
 
 
 class Run(models.Model):
+    # On PostgreSQL this table and the event, effect and checkpoint tables are partitioned by intent
+    # (migration 0021, docs/scaling.md): a new unique key on them must hold the intent.
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # No index of its own: run_intent_state, run_intent_fp_state and run_unique_trigger_key all lead with it
     # (a lone workflow index drew the planner, before statistics existed, away from the intent's own).
