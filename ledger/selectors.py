@@ -397,14 +397,15 @@ def approval_packs(*, approvals) -> dict:
     run_ids = {a.run_id for a in approvals}
     if not run_ids:
         return {}
+    runs = {a.run_id: a.run for a in approvals}
+    intents = {r.intent for r in runs.values()}  # (each intent's own partition, on PostgreSQL)
     effects: dict = {}
-    for effect in Effect.objects.filter(run_id__in=run_ids, status="verified").order_by("claimed_seq"):
+    for effect in Effect.objects.filter(run_id__in=run_ids, intent__in=intents, status="verified").order_by("claimed_seq"):
         effects.setdefault(effect.run_id, []).append(effect)
     evidence: dict = {}
-    for event in (LedgerEvent.objects.filter(run_id__in=run_ids, kind="verified").exclude(evidence=[])
+    for event in (LedgerEvent.objects.filter(run_id__in=run_ids, intent__in=intents, kind="verified").exclude(evidence=[])
                   .only("run_id", "seq", "stage", "evidence").order_by("seq")):
         evidence.setdefault(event.run_id, []).append(event)
-    runs = {a.run_id: a.run for a in approvals}
     previous = (Run.objects.filter(workflow_id__in={r.workflow_id for r in runs.values()},
                                    intent__in={r.intent for r in runs.values()}, state="completed")
                 .exclude(id__in=run_ids).only("id", "workflow_id", "intent", "inputs", "created_at")

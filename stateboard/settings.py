@@ -85,7 +85,8 @@ if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # No JIT: on the partitioned ledger's plans it compiled for seconds what runs in milliseconds.
-        DATABASES["default"].setdefault("OPTIONS", {}).setdefault("options", "-c jit=off")
+        options = DATABASES["default"].setdefault("OPTIONS", {})
+        options["options"] = f"{options.get('options', '')} -c jit=off".strip()
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool("DB_POOL", True):
         # psycopg 3 pool: Django refuses persistent connections (CONN_MAX_AGE) alongside it.
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {

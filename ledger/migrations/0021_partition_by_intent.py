@@ -19,6 +19,8 @@ import sys
 
 from django.db import migrations
 
+from ledger.models.keys import SQLITE_RUN_KEY_TRIGGERS
+
 TABLES = ("ledger_run", "ledger_ledgerevent", "ledger_effect", "ledger_checkpoint")
 PARTITIONS = 16
 # Tables outside the partitioned ones that refer to a run: they now refer to its row in ledger_runkey.
@@ -72,8 +74,8 @@ def _partition(cursor, table: str) -> dict:
             SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i
             WHERE i.indrelid = %s::regclass
               AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)""", [table])],
-        "triggers": [d for (d,) in _rows(cursor, "SELECT pg_get_triggerdef(oid) FROM pg_trigger "
-                                                 "WHERE tgrelid = %s::regclass AND NOT tgisinternal", [table])],
+        "triggers": _rows(cursor, "SELECT tgname, pg_get_triggerdef(oid), obj_description(oid, 'pg_trigger') "
+                                  "FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal", [table]),
     }
     new = f"{table}__partitioned"
     cursor.execute(f"CREATE TABLE {new} (LIKE {table} INCLUDING DEFAULTS INCLUDING IDENTITY "
@@ -87,8 +89,9 @@ def _partition(cursor, table: str) -> dict:
     if count:
         sys.stdout.write(f"\n  partitioning {table}: {count:,} rows ...\n")
         sys.stdout.flush()
-    if table == "ledger_ledgerevent":  # events take their run's intent
-        source = ", ".join("r.intent" if c == "intent" else f"e.{c}" for c in columns)
+    if table in ("ledger_ledgerevent", "ledger_effect"):  # their run's intent (an old re-claim could leave it behind)
+        taken = {"intent": "r.intent", "workflow_id": "r.workflow_id"} if table == "ledger_effect" else {"intent": "r.intent"}
+        source = ", ".join(taken.get(c, f"e.{c}") for c in columns)
         cursor.execute(f"INSERT INTO {new} ({', '.join(columns)}) SELECT {source} "
                        f"FROM {table} e JOIN ledger_run r ON r.id = e.run_id")
     else:
@@ -111,21 +114,10 @@ def _recreate(cursor, table: str, found: dict) -> None:
         if definition.startswith("CREATE UNIQUE INDEX"):
             definition = _with_intent(definition)
         cursor.execute(definition)
-    for definition in found["triggers"]:
+    for name, definition, comment in found["triggers"]:
         cursor.execute(definition)
-
-
-SQLITE_RUN_KEY = (
-    "CREATE TRIGGER ledger_run_key_insert AFTER INSERT ON ledger_run BEGIN "
-    "INSERT INTO ledger_runkey (run_id, intent, workflow_id, trigger_key) "
-    "VALUES (NEW.id, NEW.intent, NEW.workflow_id, NEW.trigger_key); END",
-    "CREATE TRIGGER ledger_run_key_delete AFTER DELETE ON ledger_run BEGIN "
-    "DELETE FROM ledger_runkey WHERE run_id = OLD.id; END",
-    "CREATE TRIGGER ledger_run_key_change BEFORE UPDATE OF id, intent, workflow_id, trigger_key ON ledger_run "
-    "WHEN NEW.id IS NOT OLD.id OR NEW.intent IS NOT OLD.intent OR NEW.workflow_id IS NOT OLD.workflow_id "
-    "OR NEW.trigger_key IS NOT OLD.trigger_key "
-    "BEGIN SELECT RAISE(ABORT, 'a run''s id, intent, workflow and trigger key never change'); END",
-)
+        if comment is not None:  # pgtrigger's hash of its definition
+            cursor.execute(f"COMMENT ON TRIGGER {name} ON {table} IS %s", [comment])
 
 
 def partition(apps, schema_editor):
@@ -134,7 +126,7 @@ def partition(apps, schema_editor):
         with connection.cursor() as cursor:
             cursor.execute("INSERT INTO ledger_runkey (run_id, intent, workflow_id, trigger_key) "
                            "SELECT id, intent, workflow_id, trigger_key FROM ledger_run")
-            for statement in SQLITE_RUN_KEY:
+            for statement in SQLITE_RUN_KEY_TRIGGERS:
                 cursor.execute(statement)
         return
     with connection.cursor() as cursor:
@@ -143,6 +135,9 @@ def partition(apps, schema_editor):
                      for t in RUN_REFERRERS}
         cursor.execute("INSERT INTO ledger_runkey (run_id, intent, workflow_id, trigger_key) "
                        "SELECT id, intent, workflow_id, trigger_key FROM ledger_run")
+        cursor.execute("UPDATE ledger_effectkey k SET intent = r.intent FROM ledger_effect e "
+                       "JOIN ledger_run r ON r.id = e.run_id "
+                       "WHERE k.idempotency_key = e.idempotency_key AND k.intent <> r.intent")
         found = {table: _partition(cursor, table) for table in TABLES}
         for table in reversed(TABLES):
             cursor.execute(f"DROP TABLE {table} CASCADE")
@@ -172,5 +167,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(partition, migrations.RunPython.noop, elidable=False),
+        migrations.RunPython(partition, elidable=False),  # irreversible: back to 0020 means a restore
     ]

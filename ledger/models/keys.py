@@ -7,9 +7,33 @@ rules that span intents are enforced here instead, by the primary keys and uniqu
 these unpartitioned tables.
 """
 
-from django.db import models
+from django.db import connections, models
 
 from ledger.models.runs import Workflow
+
+# SQLite's run-key triggers (PostgreSQL's are in migration 0021). SQLite drops a table's triggers when
+# Django rebuilds the table (an altered field), so they are ensured again after every migrate.
+SQLITE_RUN_KEY_TRIGGERS = (
+    "CREATE TRIGGER IF NOT EXISTS ledger_run_key_insert AFTER INSERT ON ledger_run BEGIN "
+    "INSERT INTO ledger_runkey (run_id, intent, workflow_id, trigger_key) "
+    "VALUES (NEW.id, NEW.intent, NEW.workflow_id, NEW.trigger_key); END",
+    "CREATE TRIGGER IF NOT EXISTS ledger_run_key_delete AFTER DELETE ON ledger_run BEGIN "
+    "DELETE FROM ledger_runkey WHERE run_id = OLD.id; END",
+    "CREATE TRIGGER IF NOT EXISTS ledger_run_key_change BEFORE UPDATE OF id, intent, workflow_id, trigger_key "
+    "ON ledger_run WHEN NEW.id IS NOT OLD.id OR NEW.intent IS NOT OLD.intent "
+    "OR NEW.workflow_id IS NOT OLD.workflow_id OR NEW.trigger_key IS NOT OLD.trigger_key "
+    "BEGIN SELECT RAISE(ABORT, 'a run''s id, intent, workflow and trigger key never change'); END",
+)
+
+
+def sqlite_run_key_triggers_install(*, using: str = "default", **kwargs) -> None:
+    """Ensure SQLite's run-key triggers (a post_migrate receiver), once the key table exists."""
+    connection = connections[using]
+    if connection.vendor != "sqlite" or "ledger_runkey" not in connection.introspection.table_names():
+        return
+    with connection.cursor() as cursor:
+        for statement in SQLITE_RUN_KEY_TRIGGERS:
+            cursor.execute(statement)
 
 
 class RunKey(models.Model):

@@ -12,7 +12,7 @@ from knowledge import services as knowledge_services
 from ledger import selectors
 from ledger.domain import effects, recovery
 from ledger.domain.kinds import AGENT_KINDS
-from ledger.models import TERMINAL_STATES, Approval, Effect, EventKind, LedgerEvent, Run
+from ledger.models import TERMINAL_STATES, Approval, Effect, EffectKey, EventKind, LedgerEvent, Run
 from ledger.services.approvals import action_validate, permit_find, permit_spend
 from ledger.services.checkpoints import server_checkpoint
 from ledger.services.goals import goal_catch_up
@@ -147,7 +147,8 @@ def _claim_effect(app: _Append, event: LedgerEvent) -> str:
                    claimed_seq=event.seq, last_seq=event.seq, created_at=now, updated_at=now)
     if store().effect_insert(claim):
         return key
-    existing = Effect.objects.select_for_update().get(idempotency_key=key)
+    held_by = EffectKey.objects.get(idempotency_key=key).intent
+    existing = Effect.objects.select_for_update().get(idempotency_key=key, intent=held_by)
     if existing.intent != run.intent:  # a key is one intent's for good: its effect stays in that intent
         raise Conflict("effect_exists", "This effect key belongs to another intent's effect; use a key of your own.",
                        effect=effect_out(existing))
@@ -159,7 +160,8 @@ def _claim_effect(app: _Append, event: LedgerEvent) -> str:
     existing.system = existing.operation = existing.reference = ""
     existing.claimed_seq = existing.last_seq = event.seq
     existing.updated_at = now
-    existing.save()
+    Effect.objects.filter(pk=existing.pk, intent=existing.intent).update(**{  # (its one partition)
+        f.attname: getattr(existing, f.attname) for f in Effect._meta.concrete_fields if not f.primary_key})
     return key
 
 

@@ -38,6 +38,8 @@ def _ledger(apps) -> dict:
                                 policy_version="1", input_fingerprint="f" * 64, requested_by="agent:a",
                                 created_at=now, deadline=now + timedelta(days=1))
         runs[intent] = str(run.id)
+    # What an earlier release's re-claim could leave: gamma's effect moved to a run of beta, its intent behind.
+    Effect.objects.filter(idempotency_key="key-gamma").update(run_id=runs["beta"])
     return runs
 
 
@@ -55,9 +57,12 @@ def main() -> None:
         events = cursor.fetchall()
         cursor.execute("SELECT run_id, intent, trigger_key FROM ledger_runkey ORDER BY intent")
         run_keys = [(str(uuid.UUID(str(run_id))), intent, key) for run_id, intent, key in cursor.fetchall()]
-        cursor.execute("SELECT idempotency_key, intent FROM ledger_effectkey ORDER BY intent")
+        cursor.execute("SELECT idempotency_key, intent FROM ledger_effectkey ORDER BY idempotency_key")
         effect_keys = cursor.fetchall()
+        cursor.execute("SELECT e.idempotency_key, e.intent, r.intent FROM ledger_effect e "
+                       "JOIN ledger_run r ON r.id = e.run_id ORDER BY e.idempotency_key")
+        effects = cursor.fetchall()
         cursor.execute("SELECT count(*) FROM ledger_approval a JOIN ledger_runkey k ON k.run_id = a.run_id")
         (approvals,) = cursor.fetchone()
-    print(json.dumps({"runs": runs, "events": events, "run_keys": run_keys, "effect_keys": effect_keys,
+    print(json.dumps({"runs": runs, "events": events, "run_keys": run_keys, "effect_keys": effect_keys, "effects": effects, "vendor": connection.vendor,
                       "approvals": approvals}))

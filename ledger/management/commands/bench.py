@@ -104,7 +104,7 @@ class Command(BaseCommand):
                     raise CommandError("--against compares the figures at 1M events: drop --skip-load.")
                 against.run(out=self.stdout, against=options["against"], scale=options["scale"],
                             skip_http=options["skip_http"], reps=options["reps"], duration=options["duration"],
-                            clients=options["clients"], db_name=options["db_name"])
+                            clients=options["clients"], db_name=options["db_name"], keep=options["keep"])
                 return
             ledger.run(
                 out=self.stdout, scale=options["scale"], skip_http=options["skip_http"],

@@ -83,15 +83,15 @@ def _before(rev: str, say: Out, args: dict) -> dict:
 
 
 def run(*, out, against: str, scale: float, skip_http: bool, reps: int, duration: float, clients: int,
-        db_name: str) -> Report:
+        db_name: str, keep: bool = False) -> Report:
     say = Out(out)
     args = dict(scale=scale, skip_http=skip_http, reps=reps, duration=duration, clients=clients,
-                db_name=f"{db_name}_before"[:63])
+                db_name=f"{db_name}_before"[:63], keep=keep)
     before = _before(against, say, args)
     say("")
     say("== this release ==")
     now = ledger.run(out=out, scale=scale, skip_http=skip_http, reps=reps, duration=duration, clients=clients,
-                     db_name=db_name).figures
+                     db_name=db_name, keep=keep).figures
     report = compare(before, now, against)
     say("")
     say(f"== this release against {against} (cost = now / before for times, before / now for rates) ==")
