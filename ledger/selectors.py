@@ -41,13 +41,13 @@ def run_events(*, run):
     return LedgerEvent.objects.of_run(run).order_by("seq")
 
 
-def run_by_id(run_id):
+def run_by_id(run_id, intent: str | None = None):
     """The run with its workflow; ``Run.DoesNotExist`` if there is none (read through the store: one partition)."""
-    return store().runs_by_id(run_id).select_related("workflow").get()
+    return store().runs_by_id(run_id, intent).select_related("workflow").get()
 
 
-def run_detail(*, run_id):
-    run = run_by_id(run_id)
+def run_detail(*, run_id, intent: str | None = None):
+    run = run_by_id(run_id, intent)
     prefetch_related_objects([run], Prefetch("effects", queryset=Effect.objects.filter(intent=run.intent)
                                              .select_related("workflow").order_by("claimed_seq")),
                              Prefetch("approvals", queryset=Approval.objects.order_by("-created_at")))

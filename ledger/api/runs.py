@@ -95,7 +95,7 @@ class RunLeaseApi(PolicyApi):
             if waits_outside and data["wait_seconds"]:
                 response[WAIT_HEADER] = str(data["wait_seconds"])
             return response
-        return Response(RunDetailOutputSerializer(selectors.run_detail(run_id=run.id)).data)
+        return Response(RunDetailOutputSerializer(selectors.run_detail(run_id=run.id, intent=run.intent)).data)
 
 
 class RunDetailApi(PolicyApi):

@@ -104,7 +104,7 @@ def _begin(run_id, stage: str, now: datetime) -> _Pass | str:
                 event_append(run_id=run.id, actor=EXECUTOR, body={
                     "client_event_id": _event_id(state, stage, current["n"], "lost"), "stage": stage, "kind": "unknown",
                     "reason_code": "attempt_deadline_passed", "data": {"attempt": current["n"]}})
-                run = run_lock(run.id)
+                run = run_lock(run.id, intent=run.intent)
         if state.get("attempts", 0) >= run.workflow.max_retries:
             return _escalate(run, "executor_unverifiable", now, attempts=state.get("attempts", 0))
         attempt = state.get("attempts", 0) + 1
@@ -129,7 +129,7 @@ def _begin(run_id, stage: str, now: datetime) -> _Pass | str:
             event_append(run_id=run.id, actor=EXECUTOR, body={
                 "client_event_id": _event_id(state, stage, attempt), "stage": stage, "kind": "started",
                 "action": state["action"], "data": {"attempt": attempt, "deadline": deadline.isoformat()}})
-            run = run_lock(run.id)
+            run = run_lock(run.id, intent=run.intent)
         else:
             return f"nothing_to_do_in_{run.state}"
         state.update(attempts=attempt, current={"n": attempt, "phase": phase, "deadline": deadline.isoformat(),
@@ -176,7 +176,7 @@ def _post(run: Run, state: dict, stage: str, attempt: int, kind: str, suffix: st
     event_append(run_id=run.id, actor=EXECUTOR, body={
         "client_event_id": _event_id(state, stage, attempt, suffix), "stage": stage, "kind": kind,
         "data": {"attempt": attempt, **fields.pop("data", {})}, **fields})
-    return run_lock(run.id)
+    return run_lock(run.id, intent=run.intent)
 
 
 def _record_execute(run_id, stage: str, p: _Pass, outcome: Outcome) -> bool:

@@ -255,9 +255,10 @@ def run_uuid_of(run_id) -> uuid.UUID:
         raise NotFound("run_not_found", f"No run with id {run_id}.")
 
 
-def run_lock(run_id) -> Run:
-    """Lock the run row and read it with its workflow (the ledger's hot path)."""
-    run = store().run_read(run_uuid_of(run_id), lock=True)
+def run_lock(run_id, intent: str | None = None) -> Run:
+    """Lock the run row and read it with its workflow (the ledger's hot path); ``intent``: the run's, when
+    the caller already has it (it saves the read of the run's key)."""
+    run = store().run_read(run_uuid_of(run_id), lock=True, intent=intent)
     if run is None:
         raise NotFound("run_not_found", f"No run with id {run_id}.")
     return run
@@ -351,7 +352,7 @@ def workflow_and_run_lock(run_id) -> tuple[Workflow, Run]:
     if found is None:
         raise NotFound("run_not_found", f"No run with id {run_id}.")
     intent_lock(*found)
-    run = run_lock(run_id)
+    run = run_lock(run_id, intent=found[1])
     return run.workflow, run
 
 

@@ -31,13 +31,13 @@ class OrmStore:
             return None, []
         return token, list(token.user.groups.values_list("name", flat=True))
 
-    def runs_by_id(self, run_id: uuid.UUID):
-        """The queryset of the run with this id."""
+    def runs_by_id(self, run_id: uuid.UUID, intent: str | None = None):
+        """The queryset of the run with this id (``intent``: the run's, when the caller knows it)."""
         return Run.objects.filter(id=run_id)
 
-    def run_read(self, run_id: uuid.UUID, *, lock: bool) -> Run | None:
+    def run_read(self, run_id: uuid.UUID, *, lock: bool, intent: str | None = None) -> Run | None:
         """The run with its workflow (``inputs`` deferred), locked FOR UPDATE with ``lock``."""
-        runs = self.runs_by_id(run_id).select_related("workflow").defer("inputs").order_by()
+        runs = self.runs_by_id(run_id, intent).select_related("workflow").defer("inputs").order_by()
         if lock:
             runs = runs.select_for_update(of=("self",))
         found = list(runs)
@@ -51,8 +51,7 @@ class OrmStore:
         return run, self.event_by_client_id(run, client_event_id)
 
     def event_by_client_id(self, run: Run, client_event_id: str) -> LedgerEvent | None:
-        found = list(LedgerEvent.objects.filter(run_id=run.id, intent=run.intent, client_event_id=client_event_id)
-                     .order_by()[:1])
+        found = list(LedgerEvent.objects.of_run(run).filter(client_event_id=client_event_id).order_by()[:1])
         return found[0] if found else None
 
     def run_insert(self, run: Run, events: list[LedgerEvent], checkpoints: list[Checkpoint]) -> None:

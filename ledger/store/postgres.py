@@ -36,10 +36,10 @@ class PostgresStore(OrmStore):
                  .filter(key_hash=key_hash).first())
         return (token, token.group_names) if token is not None else (None, [])
 
-    def runs_by_id(self, run_id):
-        """By id and its intent, read first from the run's key: the statement then names the intent, so it
-        is planned for the run's one partition (planning all sixteen costs more than the extra read)."""
-        intent = self._intent_of(run_id)
+    def runs_by_id(self, run_id, intent: str | None = None):
+        """By id and its intent, read first from the run's key unless given: the statement then names the
+        intent, so it is planned for the run's one partition (planning all sixteen costs more than the read)."""
+        intent = intent if intent is not None else self._intent_of(run_id)
         return Run.objects.filter(id=run_id, intent=intent) if intent is not None else Run.objects.none()
 
     def _intent_of(self, run_id) -> str | None:
