@@ -6,10 +6,10 @@ from __future__ import annotations
 from django.contrib.auth.models import Group
 from django.contrib.postgres.expressions import ArraySubquery
 from django.db import DEFAULT_DB_ALIAS, connection
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef
 from django.db.models.sql import InsertQuery, UpdateQuery
 
-from ledger.models import ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey
+from ledger.models import ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
 from ledger.store.orm import OrmStore
 from stateboard.waits import CHANNEL
 
@@ -49,6 +49,13 @@ class PostgresStore(OrmStore):
             row = cursor.fetchone()
         return row[0] if row else None
 
+    def run_read(self, run_id, *, lock: bool, intent: str | None = None) -> Run | None:
+        intent = intent if intent is not None else self._intent_of(run_id)
+        if intent is None:
+            return None
+        found = _run_rows(run_id, intent, lock=lock)
+        return found[0] if found else None
+
     def run_lock_for_event(self, run_id, client_event_id: str | None):
         """One statement after the run's key: the run locked, the id of its event with ``client_event_id``
         and its last seq as the statement's snapshot saw them. Under READ COMMITTED that snapshot predates a
@@ -59,12 +66,7 @@ class PostgresStore(OrmStore):
         intent = self._intent_of(run_id)
         if intent is None:
             return None, None
-        events = LedgerEvent.objects.filter(run_id=OuterRef("pk"), intent=intent).order_by()
-        runs = (Run.objects.filter(id=run_id, intent=intent).select_related("workflow").defer("inputs").order_by()
-                .select_for_update(of=("self",))
-                .annotate(original_event_id=Subquery(events.filter(client_event_id=client_event_id).values("id")[:1]),
-                          seen_seq=Subquery(events.order_by("-seq").values("seq")[:1])))
-        found = list(runs)
+        found = _run_rows(run_id, intent, lock=True, client_event_id=client_event_id)
         if not found:
             return None, None
         run = found[0]
@@ -131,3 +133,54 @@ def _insert_statement(model, objs: list) -> tuple[str, tuple]:
     compiler.returning_fields = [model._meta.pk]
     [(sql, params)] = compiler.as_sql()
     return sql, tuple(params)
+
+
+# The hot path's read of one run with its workflow, written out once: building it with the ORM cost
+# more Python than the statement costs PostgreSQL (the rows still become model instances, converted
+# by each field's own ``from_db_value``).
+_RUN_FIELDS = [f for f in Run._meta.concrete_fields if f.attname != "inputs"]  # ``inputs`` deferred
+_WORKFLOW_FIELDS = list(Workflow._meta.concrete_fields)
+_ATTNAMES = {Run: frozenset(f.attname for f in _RUN_FIELDS), Workflow: frozenset(f.attname for f in _WORKFLOW_FIELDS)}
+
+
+def _columns(alias: str, fields) -> str:
+    return ", ".join(f'{alias}."{f.column}"' for f in fields)
+
+
+_RUN_SELECT = (f"SELECT {_columns('r', _RUN_FIELDS)}, {_columns('w', _WORKFLOW_FIELDS)}{{extra}} "
+               f'FROM "{Run._meta.db_table}" r JOIN "{Workflow._meta.db_table}" w ON w."id" = r."workflow_id" '
+               f'WHERE r."id" = %s AND r."intent" = %s{{lock}}')
+_EVENT_LOOKUP = (f', (SELECT e."id" FROM "{LedgerEvent._meta.db_table}" e WHERE e."intent" = %s '
+                 f'AND e."run_id" = r."id" AND e."client_event_id" = %s LIMIT 1), '
+                 f'(SELECT e."seq" FROM "{LedgerEvent._meta.db_table}" e WHERE e."intent" = %s '
+                 f'AND e."run_id" = r."id" ORDER BY e."seq" DESC LIMIT 1)')
+
+
+def _run_rows(run_id, intent: str, *, lock: bool, client_event_id: str | None = None) -> list[Run]:
+    """The run by id and intent with its workflow, locked FOR UPDATE OF the run with ``lock``; with
+    ``client_event_id`` each run also carries ``original_event_id`` and ``seen_seq`` (as the statement saw)."""
+    sql = _RUN_SELECT.format(extra=_EVENT_LOOKUP if client_event_id is not None else "",
+                             lock=' FOR UPDATE OF r' if lock else "")
+    params = [intent, client_event_id, intent] if client_event_id is not None else []  # named: one partition
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, run_id, intent])
+        rows = cursor.fetchall()
+    runs = []
+    for row in rows:
+        run_end = len(_RUN_FIELDS)
+        workflow_end = run_end + len(_WORKFLOW_FIELDS)
+        run = _instance(Run, _RUN_FIELDS, row[:run_end])
+        run.workflow = _instance(Workflow, _WORKFLOW_FIELDS, row[run_end:workflow_end])
+        if client_event_id is not None:
+            run.original_event_id, run.seen_seq = row[workflow_end:]
+        runs.append(run)
+    return runs
+
+
+def _instance(model, fields, values):
+    converted = []
+    for field, value in zip(fields, values):
+        for convert in field.get_db_converters(connection):
+            value = convert(value, field, connection)
+        converted.append(value)
+    return model.from_db(DEFAULT_DB_ALIAS, _ATTNAMES[model], converted)
