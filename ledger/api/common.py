@@ -87,10 +87,23 @@ def _agents_of(slugs) -> list[list[str]]:
     return [agents for agents in Workflow.objects.filter(slug__in=slugs).values_list("agents", flat=True)]
 
 
+def run_key_of(request, kwargs) -> tuple[str, list[str]] | None:
+    """The path's run's intent and its workflow's allow-list, read once per request (a run's key never
+    changes; None: no such run)."""
+    if not hasattr(request, "run_key"):
+        request.run_key = RunKey.objects.filter(run_id=kwargs["run_id"]).values_list("intent", "workflow__agents").first()
+    return request.run_key
+
+
+def run_intent_of(request, kwargs) -> str | None:
+    found = run_key_of(request, kwargs)
+    return found[0] if found else None
+
+
 def agents_of_run(request, kwargs) -> list[list[str]]:
     """The allow-list of the path's run's workflow (a run that does not exist: none; the service says 404)."""
-    found = RunKey.objects.filter(run_id=kwargs["run_id"]).values_list("workflow__agents", flat=True).first()
-    return [found] if found else []
+    found = run_key_of(request, kwargs)
+    return [found[1]] if found and found[1] else []
 
 
 def agents_of_slug(request, kwargs) -> list[list[str]]:

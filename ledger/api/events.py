@@ -5,7 +5,7 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from ledger import authorizers, selectors, services
-from ledger.api.common import PolicyListApi, SeqCursor, agents_of_run, json_object, run_get
+from ledger.api.common import PolicyListApi, SeqCursor, agents_of_run, json_object, run_get, run_intent_of
 from ledger.api.components import EVENT_INPUT_OR_BATCH
 from stateboard.openapi import one_or_many, operation
 from ledger.api.operations import OPS
@@ -35,6 +35,7 @@ class RunEventsApi(PolicyListApi):
             events, created = services.events_append(run_id=run_id, bodies=data, actor=actor)
             body = [event_body(event) for event in events]
         else:
-            event, created = services.event_append(run_id=run_id, body=json_object(data), actor=actor)
+            event, created = services.event_append(run_id=run_id, body=json_object(data), actor=actor,
+                                                   intent=run_intent_of(request, self.kwargs))
             body = event_body(event)
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)

@@ -342,15 +342,16 @@ def _validate_event_body(run: Run, body: dict) -> tuple[str, str]:
     return kind, stage
 
 
-def event_append(*, run_id, body: dict, actor: str) -> tuple[LedgerEvent, bool]:
+def event_append(*, run_id, body: dict, actor: str, intent: str | None = None) -> tuple[LedgerEvent, bool]:
     """Append an agent's event; returns (event, created). A retried client_event_id returns the original.
+    ``intent``: the run's, when the caller read its key already (it saves the store that read).
 
     Checks run in this order: a repeated client_event_id, then the lease, then the goal (SPEC §10.1),
     then the transition. An event from the holder after its lease ran out is refused with 409
     ``lease_expired`` *after* the run's move to ``failed`` has committed — the one write a refused
     request makes."""
     with transaction.atomic():
-        result = _event_append(run_id=run_id, body=body, actor=actor)
+        result = _event_append(run_id=run_id, body=body, actor=actor, intent=intent)
     if isinstance(result, Conflict):
         raise result
     return result
@@ -387,10 +388,10 @@ def _client_event_id_check(client_event_id) -> None:
         raise Invalid("validation_error", "client_event_id must be a non-empty string of at most 200 characters.")
 
 
-def _event_append(*, run_id, body: dict, actor: str):
+def _event_append(*, run_id, body: dict, actor: str, intent: str | None):
     client_event_id = body.get("client_event_id")
     _client_event_id_check(client_event_id)
-    run, original = store().run_lock_for_event(run_uuid_of(run_id), client_event_id)
+    run, original = store().run_lock_for_event(run_uuid_of(run_id), client_event_id, intent=intent)
     if run is None:
         raise NotFound("run_not_found", f"No run with id {run_id}.")
     body_digest = digest(body)

@@ -43,9 +43,10 @@ class OrmStore:
         found = list(runs)
         return found[0] if found else None
 
-    def run_lock_for_event(self, run_id: uuid.UUID, client_event_id: str | None) -> tuple[Run | None, LedgerEvent | None]:
+    def run_lock_for_event(self, run_id: uuid.UUID, client_event_id: str | None,
+                           intent: str | None = None) -> tuple[Run | None, LedgerEvent | None]:
         """The run locked (as ``run_read``) and the event it already holds with ``client_event_id``, if any."""
-        run = self.run_read(run_id, lock=True)
+        run = self.run_read(run_id, lock=True, intent=intent)
         if run is None or client_event_id is None:
             return run, None
         return run, self.event_by_client_id(run, client_event_id)

@@ -4,9 +4,8 @@ token read in one statement."""
 from __future__ import annotations
 
 from django.contrib.auth.models import Group
-from django.contrib.postgres.expressions import ArraySubquery
+from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS, connection
-from django.db.models import OuterRef
 from django.db.models.sql import InsertQuery, UpdateQuery
 
 from ledger.models import ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
@@ -31,10 +30,15 @@ class PostgresStore(OrmStore):
 
     def token_read(self, key_hash: str) -> tuple[ApiToken | None, list[str]]:
         """One statement: the token, its user and the user's group names (an array subquery)."""
-        names = Group.objects.filter(user=OuterRef("user_id")).values("name")
-        token = (ApiToken.objects.select_related("user").annotate(group_names=ArraySubquery(names))
-                 .filter(key_hash=key_hash).first())
-        return (token, token.group_names) if token is not None else (None, [])
+        with connection.cursor() as cursor:
+            cursor.execute(_TOKEN_SELECT, [key_hash])
+            row = cursor.fetchone()
+        if row is None:
+            return None, []
+        token_end = len(_TOKEN.fields)
+        token = _TOKEN.instance(row[:token_end])
+        token.user = _USER.instance(row[token_end:-1])
+        return token, list(row[-1])
 
     def runs_by_id(self, run_id, intent: str | None = None):
         """By id and its intent, read first from the run's key unless given: the statement then names the
@@ -56,14 +60,14 @@ class PostgresStore(OrmStore):
         found = _run_rows(run_id, intent, lock=lock)
         return found[0] if found else None
 
-    def run_lock_for_event(self, run_id, client_event_id: str | None):
+    def run_lock_for_event(self, run_id, client_event_id: str | None, intent: str | None = None):
         """One statement after the run's key: the run locked, the id of its event with ``client_event_id``
         and its last seq as the statement's snapshot saw them. Under READ COMMITTED that snapshot predates a
         wait for the lock: when another writer appended meanwhile (the seq seen is not the locked row's),
         the lookup is made again."""
         if client_event_id is None:
-            return self.run_read(run_id, lock=True), None
-        intent = self._intent_of(run_id)
+            return self.run_read(run_id, lock=True, intent=intent), None
+        intent = intent if intent is not None else self._intent_of(run_id)
         if intent is None:
             return None, None
         found = _run_rows(run_id, intent, lock=True, client_event_id=client_event_id)
@@ -135,21 +139,32 @@ def _insert_statement(model, objs: list) -> tuple[str, tuple]:
     return sql, tuple(params)
 
 
-# The hot path's read of one run with its workflow, written out once: building it with the ORM cost
-# more Python than the statement costs PostgreSQL (the rows still become model instances, converted
-# by each field's own ``from_db_value``).
-_RUN_FIELDS = [f for f in Run._meta.concrete_fields if f.attname != "inputs"]  # ``inputs`` deferred
-_WORKFLOW_FIELDS = list(Workflow._meta.concrete_fields)
-_ATTNAMES = {Run: frozenset(f.attname for f in _RUN_FIELDS), Workflow: frozenset(f.attname for f in _WORKFLOW_FIELDS)}
+# The hot paths' reads (a run with its workflow, a token with its user) written out once: building them
+# with the ORM cost more Python than the statements cost PostgreSQL. The rows still become model
+# instances, each value converted by its field's own ``from_db_value``.
+
+class _Columns:
+    """A model's concrete fields (but ``exclude``, left deferred) as a select list and back."""
+
+    def __init__(self, model, alias: str, exclude: tuple[str, ...] = ()):
+        self.model, self.alias = model, alias
+        self.fields = [f for f in model._meta.concrete_fields if f.attname not in exclude]
+        self.attnames = frozenset(f.attname for f in self.fields)
+        self.select = ", ".join(f'{alias}."{f.column}"' for f in self.fields)
+        self.table = f'"{model._meta.db_table}" {alias}'
+
+    def instance(self, values):
+        converted = []
+        for field, value in zip(self.fields, values):
+            for convert in field.get_db_converters(connection):
+                value = convert(value, field, connection)
+            converted.append(value)
+        return self.model.from_db(DEFAULT_DB_ALIAS, self.attnames, converted)
 
 
-def _columns(alias: str, fields) -> str:
-    return ", ".join(f'{alias}."{f.column}"' for f in fields)
-
-
-_RUN_SELECT = (f"SELECT {_columns('r', _RUN_FIELDS)}, {_columns('w', _WORKFLOW_FIELDS)}{{extra}} "
-               f'FROM "{Run._meta.db_table}" r JOIN "{Workflow._meta.db_table}" w ON w."id" = r."workflow_id" '
-               f'WHERE r."id" = %s AND r."intent" = %s{{lock}}')
+_RUN, _WORKFLOW = _Columns(Run, "r", exclude=("inputs",)), _Columns(Workflow, "w")
+_RUN_SELECT = (f'SELECT {_RUN.select}, {_WORKFLOW.select}{{extra}} FROM {_RUN.table} JOIN {_WORKFLOW.table} '
+               f'ON w."id" = r."workflow_id" WHERE r."id" = %s AND r."intent" = %s{{lock}}')
 _EVENT_LOOKUP = (f', (SELECT e."id" FROM "{LedgerEvent._meta.db_table}" e WHERE e."intent" = %s '
                  f'AND e."run_id" = r."id" AND e."client_event_id" = %s LIMIT 1), '
                  f'(SELECT e."seq" FROM "{LedgerEvent._meta.db_table}" e WHERE e."intent" = %s '
@@ -160,27 +175,26 @@ def _run_rows(run_id, intent: str, *, lock: bool, client_event_id: str | None = 
     """The run by id and intent with its workflow, locked FOR UPDATE OF the run with ``lock``; with
     ``client_event_id`` each run also carries ``original_event_id`` and ``seen_seq`` (as the statement saw)."""
     sql = _RUN_SELECT.format(extra=_EVENT_LOOKUP if client_event_id is not None else "",
-                             lock=' FOR UPDATE OF r' if lock else "")
+                             lock=" FOR UPDATE OF r" if lock else "")
     params = [intent, client_event_id, intent] if client_event_id is not None else []  # named: one partition
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, run_id, intent])
         rows = cursor.fetchall()
+    run_end = len(_RUN.fields)
+    workflow_end = run_end + len(_WORKFLOW.fields)
     runs = []
     for row in rows:
-        run_end = len(_RUN_FIELDS)
-        workflow_end = run_end + len(_WORKFLOW_FIELDS)
-        run = _instance(Run, _RUN_FIELDS, row[:run_end])
-        run.workflow = _instance(Workflow, _WORKFLOW_FIELDS, row[run_end:workflow_end])
+        run = _RUN.instance(row[:run_end])
+        run.workflow = _WORKFLOW.instance(row[run_end:workflow_end])
         if client_event_id is not None:
             run.original_event_id, run.seen_seq = row[workflow_end:]
         runs.append(run)
     return runs
 
 
-def _instance(model, fields, values):
-    converted = []
-    for field, value in zip(fields, values):
-        for convert in field.get_db_converters(connection):
-            value = convert(value, field, connection)
-        converted.append(value)
-    return model.from_db(DEFAULT_DB_ALIAS, _ATTNAMES[model], converted)
+_User = get_user_model()
+_TOKEN, _USER = _Columns(ApiToken, "t"), _Columns(_User, "u")
+_USER_GROUPS = _User.groups.through
+_TOKEN_SELECT = (f'SELECT {_TOKEN.select}, {_USER.select}, ARRAY(SELECT g."name" FROM "{Group._meta.db_table}" g '
+                 f'JOIN "{_USER_GROUPS._meta.db_table}" ug ON ug."group_id" = g."id" WHERE ug."user_id" = u."id") '
+                 f'FROM {_TOKEN.table} JOIN {_USER.table} ON u."id" = t."user_id" WHERE t."key_hash" = %s')

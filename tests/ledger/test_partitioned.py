@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from ledger import services
@@ -194,3 +195,18 @@ def test_the_migration_moves_an_existing_sqlite_database(tmp_path):
 def test_the_product_connects_without_jit():
     """JIT compiled the on-call page's plan over sixteen partitions for 7 s (it runs in 0.2 s without)."""
     assert _rows("SHOW jit") == [("off",)]
+
+
+def test_an_http_append_reads_its_runs_key_once():
+    """The pipeline's read of the run's key (for the workflow's ``agents``) hands the intent to the store:
+    the append then names it without reading the key again, in the statements it had before the partitions."""
+    wf = make_workflow(stages=["build", "deploy"], effect_stages=[], approval_stages=[])
+    _, token = make_agent()
+    driver = AgentDriver(client_for(token), wf.slug)
+    run = driver.trigger(intent="one-key-read")
+    driver.event(run["id"], "build", "started")  # the token's first read warmed
+    with CaptureQueriesContext(connection) as captured:
+        driver.event(run["id"], "build", "succeeded")
+    statements = [q["sql"] for q in captured.captured_queries]
+    assert sum("ledger_runkey" in sql for sql in statements) == 1, statements
+    assert LedgerEvent.objects.filter(run_id=run["id"], intent="one-key-read").count() >= 3
