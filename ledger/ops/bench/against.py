@@ -33,6 +33,8 @@ COMPARED = (
     ("decision_big_p95_ms", "recovery decision p95 at 1M events", "latency"),
     ("trigger_big_p95_ms", "run_trigger (rolled back) p95 at 1M events", "latency"),
     ("append_big", "append, plain, 1 client, at 1M events", "rate"),
+    # no Stateboard code: the same SQL in both runs, so its cost is the machine's drift between them
+    ("raw1_per_s", "the machine: raw INSERT + COMMIT, 1 client", "rate"),
 )
 TARGETED = {"plain1_per_s", "decision_big_p95_ms", "append_big"}
 
