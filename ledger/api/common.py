@@ -91,7 +91,8 @@ def run_key_of(request, kwargs) -> tuple[str, list[str]] | None:
     """The path's run's intent and its workflow's allow-list, read once per request (a run's key never
     changes; None: no such run)."""
     if not hasattr(request, "run_key"):
-        request.run_key = RunKey.objects.filter(run_id=kwargs["run_id"]).values_list("intent", "workflow__agents").first()
+        keys = RunKey.objects.filter(run_id=kwargs["run_id"])
+        request.run_key = keys.values_list("intent", "workflow__agents").first()
     return request.run_key
 
 

@@ -1,10 +1,11 @@
-"""The store on PostgreSQL: the ORM, plus the intent's advisory lock, a claim without a savepoint and a
-token read in one statement."""
+"""The store on PostgreSQL: the ORM, plus the intent's advisory lock, a claim without a savepoint, an
+append's write in one statement, and the hot path's two reads (a run with its workflow, a token with
+its user) written out as SQL."""
 
 from __future__ import annotations
 
-from django.contrib.auth.models import Group
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models.sql import InsertQuery, UpdateQuery
 
@@ -57,8 +58,7 @@ class PostgresStore(OrmStore):
         intent = intent if intent is not None else self._intent_of(run_id)
         if intent is None:
             return None
-        found = _run_rows(run_id, intent, lock=lock)
-        return found[0] if found else None
+        return _run_row(run_id, intent, lock=lock)
 
     def run_lock_for_event(self, run_id, client_event_id: str | None, intent: str | None = None):
         """One statement after the run's key: the run locked, the id of its event with ``client_event_id``
@@ -70,10 +70,9 @@ class PostgresStore(OrmStore):
         intent = intent if intent is not None else self._intent_of(run_id)
         if intent is None:
             return None, None
-        found = _run_rows(run_id, intent, lock=True, client_event_id=client_event_id)
-        if not found:
+        run = _run_row(run_id, intent, lock=True, client_event_id=client_event_id)
+        if run is None:
             return None, None
-        run = found[0]
         if (run.seen_seq or 0) != run.event_count:
             return run, self.event_by_client_id(run, client_event_id)
         original = LedgerEvent.objects.get(id=run.original_event_id, intent=intent) if run.original_event_id else None
@@ -147,7 +146,7 @@ class _Columns:
     """A model's concrete fields (but ``exclude``, left deferred) as a select list and back."""
 
     def __init__(self, model, alias: str, exclude: tuple[str, ...] = ()):
-        self.model, self.alias = model, alias
+        self.model = model
         self.fields = [f for f in model._meta.concrete_fields if f.attname not in exclude]
         self.attnames = frozenset(f.attname for f in self.fields)
         self.select = ", ".join(f'{alias}."{f.column}"' for f in self.fields)
@@ -171,25 +170,24 @@ _EVENT_LOOKUP = (f', (SELECT e."id" FROM "{LedgerEvent._meta.db_table}" e WHERE 
                  f'AND e."run_id" = r."id" ORDER BY e."seq" DESC LIMIT 1)')
 
 
-def _run_rows(run_id, intent: str, *, lock: bool, client_event_id: str | None = None) -> list[Run]:
+def _run_row(run_id, intent: str, *, lock: bool, client_event_id: str | None = None) -> Run | None:
     """The run by id and intent with its workflow, locked FOR UPDATE OF the run with ``lock``; with
-    ``client_event_id`` each run also carries ``original_event_id`` and ``seen_seq`` (as the statement saw)."""
+    ``client_event_id`` it also carries ``original_event_id`` and ``seen_seq`` (as the statement saw them)."""
     sql = _RUN_SELECT.format(extra=_EVENT_LOOKUP if client_event_id is not None else "",
                              lock=" FOR UPDATE OF r" if lock else "")
     params = [intent, client_event_id, intent] if client_event_id is not None else []  # named: one partition
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, run_id, intent])
-        rows = cursor.fetchall()
+        row = cursor.fetchone()
+    if row is None:
+        return None
     run_end = len(_RUN.fields)
     workflow_end = run_end + len(_WORKFLOW.fields)
-    runs = []
-    for row in rows:
-        run = _RUN.instance(row[:run_end])
-        run.workflow = _WORKFLOW.instance(row[run_end:workflow_end])
-        if client_event_id is not None:
-            run.original_event_id, run.seen_seq = row[workflow_end:]
-        runs.append(run)
-    return runs
+    run = _RUN.instance(row[:run_end])
+    run.workflow = _WORKFLOW.instance(row[run_end:workflow_end])
+    if client_event_id is not None:
+        run.original_event_id, run.seen_seq = row[workflow_end:]
+    return run
 
 
 _User = get_user_model()
