@@ -4,7 +4,7 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from ledger import authorizers, selectors, services
-from ledger.api.common import agents_of_run, body_of, run_get
+from ledger.api.common import agents_of_run, body_of, run_get, run_intent_of
 from ledger.api.components import CheckpointPayloadSerializer, CheckpointSerializer
 from stateboard.openapi import operation
 from ledger.api.operations import OPS
@@ -21,7 +21,8 @@ class RunCheckpointCreateApi(PolicyApi):
     @operation(OPS["runs_checkpoints_create"], request=CheckpointPayloadSerializer,
                responses={201: CheckpointSerializer})
     def post(self, request, run_id):
-        checkpoint = services.checkpoint_save(run_id=run_id, payload=body_of(request), actor=actor_for(request.user))
+        checkpoint = services.checkpoint_save(run_id=run_id, payload=body_of(request), actor=actor_for(request.user),
+                                              intent=run_intent_of(request, self.kwargs))
         return Response(checkpoint_body(checkpoint), status=status.HTTP_201_CREATED)
 
 

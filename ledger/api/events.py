@@ -30,12 +30,11 @@ class RunEventsApi(PolicyListApi):
                           200: one_or_many("EventOrBatch", EventOutputSerializer)})
     def post(self, request, run_id):
         """One event or a batch (all or nothing, docs/api.md)."""
-        actor, data = actor_for(request.user), request.data
+        actor, data, intent = actor_for(request.user), request.data, run_intent_of(request, self.kwargs)
         if isinstance(data, list):
-            events, created = services.events_append(run_id=run_id, bodies=data, actor=actor)
+            events, created = services.events_append(run_id=run_id, bodies=data, actor=actor, intent=intent)
             body = [event_body(event) for event in events]
         else:
-            event, created = services.event_append(run_id=run_id, body=json_object(data), actor=actor,
-                                                   intent=run_intent_of(request, self.kwargs))
+            event, created = services.event_append(run_id=run_id, body=json_object(data), actor=actor, intent=intent)
             body = event_body(event)
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)

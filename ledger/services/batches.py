@@ -24,7 +24,7 @@ def _indexed(exc: DomainError, index: int) -> DomainError:
     return exc
 
 
-def events_append(*, run_id, bodies, actor: str) -> tuple[list[LedgerEvent], bool]:
+def events_append(*, run_id, bodies, actor: str, intent: str | None = None) -> tuple[list[LedgerEvent], bool]:
     """Append a batch of agent events in order, in one transaction with the run locked once: all or
     nothing. Returns (events, created); a batch recorded before returns its events (created False).
 
@@ -52,7 +52,7 @@ def events_append(*, run_id, bodies, actor: str) -> tuple[list[LedgerEvent], boo
             raise Invalid("validation_error", "Two events of the batch share a client_event_id.", index=index)
         seen.add(client_event_id)
     with transaction.atomic():
-        result = _events_append(run_id=run_id, bodies=bodies, actor=actor)
+        result = _events_append(run_id=run_id, bodies=bodies, actor=actor, intent=intent)
     if isinstance(result, DomainError):
         raise result
     return result
@@ -78,8 +78,8 @@ def _batch_recorded(run: Run, bodies: list[dict], digests: list[str]) -> list[Le
     return [found[body["client_event_id"]] for body in bodies]
 
 
-def _events_append(*, run_id, bodies: list[dict], actor: str):
-    run = run_lock(run_id)
+def _events_append(*, run_id, bodies: list[dict], actor: str, intent: str | None):
+    run = run_lock(run_id, intent=intent)
     digests = [digest(body) for body in bodies]
     recorded = _batch_recorded(run, bodies, digests)
     if recorded is not None:

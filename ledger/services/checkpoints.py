@@ -151,7 +151,7 @@ def checkpoint_validate(run: Run, payload: dict, *, now: datetime) -> tuple[dict
 
 
 @transaction.atomic
-def checkpoint_save(*, run_id, payload: dict, actor: str) -> Checkpoint:
+def checkpoint_save(*, run_id, payload: dict, actor: str, intent: str | None = None) -> Checkpoint:
     """An agent's richer checkpoint (whitelisted, at most 64 KiB), saved only by the run's lease holder
     and recorded as saved by it (``saved_by``): the decision trusts no checkpoint another agent wrote.
 
@@ -159,7 +159,7 @@ def checkpoint_save(*, run_id, payload: dict, actor: str) -> Checkpoint:
     saved, so a finished run takes none and an intent's checkpoints stay in order."""
     if set(payload) == {"payload"} and isinstance(payload["payload"], dict):
         payload = payload["payload"]
-    run = run_lock(run_id)
+    run = run_lock(run_id, intent=intent)
     if run.state in TERMINAL_STATES:
         raise illegal(run, f"The run is {run.state!r}; save checkpoints while it runs.")
     lease_require(run, actor)

@@ -44,18 +44,21 @@ class PostgresStore(OrmStore):
     def runs_by_id(self, run_id, intent: str | None = None):
         """By id and its intent, read first from the run's key unless given: the statement then names the
         intent, so it is planned for the run's one partition (planning all sixteen costs more than the read)."""
-        intent = intent if intent is not None else self._intent_of(run_id)
+        intent = self._intent_of(run_id, intent)
         return Run.objects.filter(id=run_id, intent=intent) if intent is not None else Run.objects.none()
 
-    def _intent_of(self, run_id) -> str | None:
-        """The run's intent from its key (a primary-key read of the small unpartitioned table)."""
+    def _intent_of(self, run_id, known: str | None = None) -> str | None:
+        """The run's intent: ``known`` when the caller has it, else from its key (a primary-key read of the
+        small unpartitioned table)."""
+        if known is not None:
+            return known
         with connection.cursor() as cursor:
             cursor.execute(_INTENT_OF, [run_id])
             row = cursor.fetchone()
         return row[0] if row else None
 
     def run_read(self, run_id, *, lock: bool, intent: str | None = None) -> Run | None:
-        intent = intent if intent is not None else self._intent_of(run_id)
+        intent = self._intent_of(run_id, intent)
         if intent is None:
             return None
         return _run_row(run_id, intent, lock=lock)
@@ -67,7 +70,7 @@ class PostgresStore(OrmStore):
         the lookup is made again."""
         if client_event_id is None:
             return self.run_read(run_id, lock=True, intent=intent), None
-        intent = intent if intent is not None else self._intent_of(run_id)
+        intent = self._intent_of(run_id, intent)
         if intent is None:
             return None, None
         run = _run_row(run_id, intent, lock=True, client_event_id=client_event_id)

@@ -197,16 +197,29 @@ def test_the_product_connects_without_jit():
     assert _rows("SHOW jit") == [("off",)]
 
 
-def test_an_http_append_reads_its_runs_key_once():
+def _key_reads(call) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        call()
+    return sum("ledger_runkey" in q["sql"] for q in captured.captured_queries)
+
+
+def test_a_run_scoped_write_over_http_reads_its_runs_key_once():
     """The pipeline's read of the run's key (for the workflow's ``agents``) hands the intent to the store:
-    the append then names it without reading the key again, in the statements it had before the partitions."""
+    an event, a batch and a checkpoint then name it without reading the key again."""
     wf = make_workflow(stages=["build", "deploy"], effect_stages=[], approval_stages=[])
     _, token = make_agent()
     driver = AgentDriver(client_for(token), wf.slug)
     run = driver.trigger(intent="one-key-read")
     driver.event(run["id"], "build", "started")  # the token's first read warmed
-    with CaptureQueriesContext(connection) as captured:
-        driver.event(run["id"], "build", "succeeded")
-    statements = [q["sql"] for q in captured.captured_queries]
-    assert sum("ledger_runkey" in sql for sql in statements) == 1, statements
-    assert LedgerEvent.objects.filter(run_id=run["id"], intent="one-key-read").count() >= 3
+    batch = [{"client_event_id": "b-1", "stage": "build", "kind": "succeeded"},
+             {"client_event_id": "b-2", "stage": "deploy", "kind": "started"}]
+    checkpoint = {"stage": "deploy", "state_table": {"build": {"status": "succeeded", "summary": "built"}}}
+
+    def post(path, body):
+        response = driver.client.post(f"/api/v1/runs/{run['id']}/{path}/", body, format="json")
+        assert response.status_code == 201, response.content
+
+    assert _key_reads(lambda: driver.event(run["id"], "build", "proposed", data={"proposal": "retry"})) == 1
+    assert _key_reads(lambda: post("events", batch)) == 1
+    assert _key_reads(lambda: post("checkpoints", checkpoint)) == 1
+    assert LedgerEvent.objects.filter(run_id=run["id"], intent="one-key-read").count() >= 4
