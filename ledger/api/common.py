@@ -12,6 +12,7 @@ from rest_framework.pagination import CursorPagination
 from ledger import selectors
 from ledger.models import Approval, Run, RunKey, Workflow
 from ledger.services.audit import audit_record
+from ledger.store import store
 from stateboard.errors import Invalid, NotFound
 from stateboard.policy import PolicyApi, request_data, request_field
 
@@ -87,24 +88,23 @@ def _agents_of(slugs) -> list[list[str]]:
     return [agents for agents in Workflow.objects.filter(slug__in=slugs).values_list("agents", flat=True)]
 
 
-def run_key_of(request, kwargs) -> tuple[str, list[str]] | None:
-    """The path's run's intent and its workflow's allow-list, read once per request (a run's key never
-    changes; None: no such run)."""
-    if not hasattr(request, "run_key"):
-        keys = RunKey.objects.filter(run_id=kwargs["run_id"])
-        request.run_key = keys.values_list("intent", "workflow__agents").first()
-    return request.run_key
+def run_peek_of(request, kwargs) -> Run | None:
+    """The path's run with its workflow, read once per request without a lock (None: no such run): the
+    pipeline's ``agents`` check reads it, and a run-scoped write starts from it (``event_append(run=…)``)."""
+    if not hasattr(request, "run_peek"):
+        request.run_peek = store().run_peek(kwargs["run_id"])
+    return request.run_peek
 
 
 def run_intent_of(request, kwargs) -> str | None:
-    found = run_key_of(request, kwargs)
-    return found[0] if found else None
+    run = run_peek_of(request, kwargs)
+    return run.intent if run is not None else None
 
 
 def agents_of_run(request, kwargs) -> list[list[str]]:
     """The allow-list of the path's run's workflow (a run that does not exist: none; the service says 404)."""
-    found = run_key_of(request, kwargs)
-    return [found[1]] if found and found[1] else []
+    run = run_peek_of(request, kwargs)
+    return [run.workflow.agents] if run is not None and run.workflow.agents else []
 
 
 def agents_of_slug(request, kwargs) -> list[list[str]]:

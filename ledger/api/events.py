@@ -5,7 +5,7 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from ledger import authorizers, selectors, services
-from ledger.api.common import PolicyListApi, SeqCursor, agents_of_run, json_object, run_get, run_intent_of
+from ledger.api.common import PolicyListApi, SeqCursor, agents_of_run, json_object, run_get, run_peek_of
 from ledger.api.components import EVENT_INPUT_OR_BATCH
 from stateboard.openapi import one_or_many, operation
 from ledger.api.operations import OPS
@@ -30,11 +30,12 @@ class RunEventsApi(PolicyListApi):
                           200: one_or_many("EventOrBatch", EventOutputSerializer)})
     def post(self, request, run_id):
         """One event or a batch (all or nothing, docs/api.md)."""
-        actor, data, intent = actor_for(request.user), request.data, run_intent_of(request, self.kwargs)
+        actor, data, run = actor_for(request.user), request.data, run_peek_of(request, self.kwargs)
+        intent = run.intent if run is not None else None
         if isinstance(data, list):
             events, created = services.events_append(run_id=run_id, bodies=data, actor=actor, intent=intent)
             body = [event_body(event) for event in events]
         else:
-            event, created = services.event_append(run_id=run_id, body=json_object(data), actor=actor, intent=intent)
+            event, created = services.event_append(run_id=run_id, body=json_object(data), actor=actor, run=run)
             body = event_body(event)
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)

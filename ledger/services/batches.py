@@ -10,7 +10,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger.models import LedgerEvent, Run
-from ledger.services.events import _citations_record, _client_event_id_check, _event_apply
+from ledger.services.bodies import client_event_id_check
+from ledger.services.events import _citations_record, _event_apply
 from ledger.services.writer import RunWriter, run_lock
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, DomainError, Invalid
@@ -45,7 +46,7 @@ def events_append(*, run_id, bodies, actor: str, intent: str | None = None) -> t
         if client_event_id is None:
             raise Invalid("validation_error", "Each event of a batch needs its client_event_id.", index=index)
         try:
-            _client_event_id_check(client_event_id)
+            client_event_id_check(client_event_id)
         except Invalid as exc:
             raise _indexed(exc, index)
         if client_event_id in seen:

@@ -6,63 +6,30 @@ import functools
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from knowledge import services as knowledge_services
 from ledger import selectors
 from ledger.domain import effects, recovery
-from ledger.domain.kinds import AGENT_KINDS
-from ledger.models import TERMINAL_STATES, Approval, Effect, EffectKey, EventKind, LedgerEvent, Run
+from ledger.models import TERMINAL_STATES, Approval, Effect, EffectKey, LedgerEvent, Run
+from ledger.services.bodies import (client_event_id_check, validate_effect, validate_event_body,
+                                     validate_evidence)
 from ledger.services.approvals import action_validate, permit_find, permit_spend
 from ledger.services.checkpoints import server_checkpoint
 from ledger.services.goals import goal_catch_up
 from ledger.services.handoff import executor_handoff
 from ledger.services.rollback import compensation_done, compensation_scope
 from ledger.services.versions import stage_generation
-from ledger.store import store
+from ledger.store import StatementRefused, statements_refused, store
 from ledger.services.writer import (EXECUTOR, RunWriter, effect_key_default, illegal, lease_fail, lease_lapse,
                                     holds, lease_require,
                                     run_spec, run_uuid_of, stage_status)
-from stateboard.canonical import canonical_json, digest
-from stateboard.errors import Conflict, Invalid, NotFound
-from stateboard.moments import parse_moment
+from stateboard.canonical import digest
+from stateboard.errors import Conflict, DomainError, Invalid, NotFound
 
 
 # ---------------------------------------------------------------- events
-
-def _validate_evidence(evidence) -> list[dict]:
-    if evidence in (None, ""):
-        return []
-    if not isinstance(evidence, list) or not all(isinstance(item, dict) for item in evidence):
-        raise Invalid("invalid_evidence", "evidence must be a list of objects {uri, observed_at, digest?, excerpt?}.")
-    for item in evidence:
-        unknown = set(item) - {"uri", "observed_at", "digest", "excerpt", "claim"}
-        if unknown:
-            raise Invalid("invalid_evidence", f"Unknown evidence fields: {', '.join(sorted(unknown))}.")
-        if "uri" in item and (not isinstance(item["uri"], str) or not item["uri"]):
-            raise Invalid("invalid_evidence", "evidence uri must be a non-empty string.")
-        if "observed_at" in item and parse_moment(item["observed_at"]) is None:
-            raise Invalid("invalid_evidence", "evidence observed_at must be an ISO 8601 date-time with a timezone.")
-        for text_field in ("digest", "excerpt"):
-            if text_field in item and not isinstance(item[text_field], str):
-                raise Invalid("invalid_evidence", f"evidence {text_field} must be a string.")
-    return evidence
-
-
-EFFECT_LIMITS = {"system": 200, "operation": 200, "reference": 1000}
-
-
-def _validate_effect(effect) -> dict | None:
-    if effect is None:
-        return None
-    if not isinstance(effect, dict) or set(effect) - set(EFFECT_LIMITS) or not all(
-            isinstance(v, str) and len(v) <= EFFECT_LIMITS[k] for k, v in effect.items()):
-        raise Invalid("invalid_effect", "effect must be an object {system, operation, reference} of strings "
-                                        "(at most 200, 200 and 1000 characters).")
-    return effect
-
-
-
 
 def effect_out(effect: Effect) -> dict:
     return {"idempotency_key": effect.idempotency_key, "stage": effect.stage, "status": effect.status,
@@ -321,40 +288,46 @@ def _on_corrected(app: _Append, event: LedgerEvent) -> None:
 
 
 
-STRING_LIMITS = {"reason_code": 100, "client_event_id": 200, "idempotency_key": 200}
-
-
-def _validate_event_body(run: Run, body: dict) -> tuple[str, str]:
-    kind, stage = body.get("kind"), body.get("stage") or ""
-    if not isinstance(kind, str) or kind not in _EVENT_KINDS:
-        raise Invalid("unknown_kind", f"Unknown event kind {kind!r}.")
-    if kind not in AGENT_KINDS:
-        raise Invalid("kind_reserved", f"Kind {kind!r} is written by Stateboard itself, not posted.")
-    if not isinstance(stage, str) or (stage not in run.workflow.stages and not (kind == "corrected" and stage == "")):
-        raise Invalid("unknown_stage", f"Stage {stage!r} is not a stage of workflow {run.workflow.slug!r}.")
-    for name, limit in STRING_LIMITS.items():
-        if body.get(name) is not None and (not isinstance(body[name], str) or len(body[name]) > limit):
-            raise Invalid("validation_error", f"{name} must be a string of at most {limit} characters.")
-    if body.get("data") is not None and not isinstance(body["data"], dict):
-        raise Invalid("validation_error", "data must be an object.")
-    if len(canonical_json(body.get("data") or {})) > 16 * 1024:
-        raise Invalid("data_too_large", "data is for small facts (at most 16 KiB); put artifacts behind evidence uris.")
-    return kind, stage
-
-
-def event_append(*, run_id, body: dict, actor: str, intent: str | None = None) -> tuple[LedgerEvent, bool]:
+def event_append(*, run_id, body: dict, actor: str, intent: str | None = None,
+                 run: Run | None = None) -> tuple[LedgerEvent, bool]:
     """Append an agent's event; returns (event, created). A retried client_event_id returns the original.
-    ``intent``: the run's, when the caller read its key already (it saves the store that read).
+    ``intent``: the run's, when the caller read its key already (it saves the store that read); ``run``:
+    the run as this request read it without its lock (the pipeline's read).
 
     Checks run in this order: a repeated client_event_id, then the lease, then the goal (SPEC §10.1),
     then the transition. An event from the holder after its lease ran out is refused with 409
     ``lease_expired`` *after* the run's move to ``failed`` has committed — the one write a refused
     request makes."""
+    appended = _event_append_as_read(run_id=run_id, body=body, actor=actor, run=run)
+    if appended is not None:
+        return appended, True
     with transaction.atomic():
-        result = _event_append(run_id=run_id, body=body, actor=actor, intent=intent)
+        result = _event_append(run_id=run_id, body=body, actor=actor, intent=intent or (run and run.intent))
     if isinstance(result, Conflict):
         raise result
     return result
+
+
+def _event_append_as_read(*, run_id, body: dict, actor: str, run: Run | None) -> LedgerEvent | None:
+    """The common append in one statement, without the run's lock: applied to the run as read (``run``, else
+    read here) and written on condition that its row is still the version read. Only when applying it
+    needs no other statement (``statements_refused``) and is not refused; None otherwise — nothing was
+    written, and the append takes the run's lock (which also answers a repeated ``client_event_id``)."""
+    if not store().writes_unless_changed:
+        return None
+    run = run or store().run_peek(run_uuid_of(run_id))
+    if run is None:
+        return None
+    writer = RunWriter(run, actor, timezone.now())
+    try:
+        with statements_refused():
+            client_event_id_check(body.get("client_event_id"))
+            event = _event_apply(writer, body, body_digest=digest(body))
+    except (DomainError, StatementRefused, TransactionManagementError):  # (a locking read refused outside one)
+        return None
+    if isinstance(event, Conflict) or _claim_uris(event) or not writer.flush_unless_changed(run.row_version):
+        return None
+    return event
 
 
 def _lease_check(run: Run, body: dict, actor: str, now, *, pending: bool = False) -> Conflict | None:
@@ -379,18 +352,9 @@ def _lease_check(run: Run, body: dict, actor: str, now, *, pending: bool = False
     return None
 
 
-_EVENT_KINDS = frozenset(EventKind.values)
-
-
-def _client_event_id_check(client_event_id) -> None:
-    if client_event_id is not None and (not isinstance(client_event_id, str) or not client_event_id
-                                        or len(client_event_id) > 200):
-        raise Invalid("validation_error", "client_event_id must be a non-empty string of at most 200 characters.")
-
-
 def _event_append(*, run_id, body: dict, actor: str, intent: str | None):
     client_event_id = body.get("client_event_id")
-    _client_event_id_check(client_event_id)
+    client_event_id_check(client_event_id)
     run, original = store().run_lock_for_event(run_uuid_of(run_id), client_event_id, intent=intent)
     if run is None:
         raise NotFound("run_not_found", f"No run with id {run_id}.")
@@ -417,7 +381,7 @@ def _event_apply(writer: RunWriter, body: dict, *, body_digest: str) -> LedgerEv
     refusal = _lease_check(run, body, actor, now, pending=bool(writer.events))
     if refusal is not None:
         return refusal
-    kind, stage = _validate_event_body(run, body)
+    kind, stage = validate_event_body(run, body)
     if body.get("effect") is not None and stage not in run.workflow.effect_stages:
         raise Invalid("effect_not_expected", f"{stage!r} is not an effect stage: an event there carries no effect.")
     if kind == "started" and (run.goal_outdated or body.get("goal_version", run.goal_version) != run.goal_version):
@@ -433,7 +397,7 @@ def _event_apply(writer: RunWriter, body: dict, *, body_digest: str) -> LedgerEv
     recorded = _PREPARE[kind](app) if kind in _PREPARE else {}  # e.g. the approval a start spends
     event = writer.emit(
         kind, stage, reason_code=body.get("reason_code") or "", data={**(body.get("data") or {}), **recorded},
-        effect=_validate_effect(body.get("effect")), evidence=_validate_evidence(body.get("evidence")),
+        effect=validate_effect(body.get("effect")), evidence=validate_evidence(body.get("evidence")),
         client_event_id=body.get("client_event_id"), body_digest=body_digest,
         idempotency_key=_event_effect_key(run, kind, stage, body),
     )

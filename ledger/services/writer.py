@@ -189,11 +189,32 @@ class RunWriter:
         if insert:
             store().run_insert(self.run, self.events, self.rows)
         else:
-            changed = [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
-            store().run_write(self.run, changed, self.events, self.rows)
-        if self.run.queued_until is not None and (insert or self.before["queued_until"] is None):
+            store().run_write(self.run, self._changed(), self.events, self.rows)
+        if self._queues(insert):
             store().queued_announce(self.run.workflow.slug)  # waiting leases wake at commit
         self._requests_settle()
+        self._flushed()
+
+    def flush_unless_changed(self, version: str) -> bool:
+        """``flush`` as one statement, for a run read without its lock at row ``version``: written only when
+        the row is still that version and nothing else is to be written with it (no waiting lease to wake,
+        no request settled). False: nothing was written (the caller takes the run's lock)."""
+        self.lease_record()
+        if self._queues(False) or any(event.kind in SETTLING_KINDS for event in self.events):
+            return False
+        self.run.updated_at = self.now
+        if not store().run_write(self.run, self._changed(), self.events, self.rows, unless_changed=version):
+            return False
+        self._flushed()
+        return True
+
+    def _changed(self) -> list[str]:
+        return [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
+
+    def _queues(self, insert: bool) -> bool:
+        return self.run.queued_until is not None and (insert or self.before["queued_until"] is None)
+
+    def _flushed(self) -> None:
         self.rows, self.events = [], []
         self.before = {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
 

@@ -7,9 +7,10 @@ Nothing else in the product asks which database it runs on.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
-from django.db import connection
+from django.db import connection, transaction
 
 from ledger.store.orm import OrmStore
 
@@ -21,3 +22,24 @@ def store() -> OrmStore:
 
         return PostgresStore()
     return OrmStore()
+
+
+class StatementRefused(Exception):
+    """A statement was about to be sent where none may be (``statements_refused``)."""
+
+
+@contextlib.contextmanager
+def statements_refused():
+    """Inside: any statement on the default connection raises ``StatementRefused`` before it is sent. Code
+    that may work from rows already read runs under it to learn that it needed nothing more."""
+    def refuse(execute, sql, params, many, context):
+        raise StatementRefused(sql)
+
+    needs_rollback = connection.needs_rollback
+    try:
+        with connection.execute_wrapper(refuse):
+            yield
+    except StatementRefused:  # nothing was sent: a caller's transaction is as sound as before
+        if connection.in_atomic_block:
+            transaction.set_rollback(needs_rollback)
+        raise

@@ -14,6 +14,8 @@ from ledger.models import ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, 
 
 
 class OrmStore:
+    writes_unless_changed = False  # no row version to write against: every append takes the run's lock
+
     def snapshot_begin(self) -> None:
         """Make the open transaction read one snapshot (SQLite's transactions always do)."""
 
@@ -34,6 +36,11 @@ class OrmStore:
     def runs_by_id(self, run_id: uuid.UUID, intent: str | None = None):
         """The queryset of the run with this id (``intent``: the run's, when the caller knows it)."""
         return Run.objects.filter(id=run_id)
+
+    def run_peek(self, run_id: uuid.UUID) -> Run | None:
+        """The run with its workflow, unlocked (a read of the pipeline's: the run's key and ``agents``). Where
+        the store ``writes_unless_changed``, it also carries its ``row_version`` for ``run_write``."""
+        return self.run_read(run_id, lock=False)
 
     def run_read(self, run_id: uuid.UUID, *, lock: bool, intent: str | None = None) -> Run | None:
         """The run with its workflow (``inputs`` deferred), locked FOR UPDATE with ``lock``."""
@@ -61,11 +68,15 @@ class OrmStore:
         self.rows_write(events, checkpoints)
 
     def run_write(self, run: Run, changed: list[str], events: list[LedgerEvent],
-                  checkpoints: list[Checkpoint]) -> None:
-        """A locked run's new events and checkpoints, and only its changed columns."""
+                  checkpoints: list[Checkpoint], *, unless_changed: str | None = None) -> bool:
+        """A locked run's new events and checkpoints, and only its changed columns. ``unless_changed``: a row
+        version (only where the store ``writes_unless_changed``)."""
+        if unless_changed is not None:
+            raise NotImplementedError("This store writes a run only under its lock.")
         self.rows_write(events, checkpoints)
         if changed:  # the intent named, so PostgreSQL reads one partition
             Run.objects.filter(pk=run.pk, intent=run.intent).update(**{name: getattr(run, name) for name in changed})
+        return True
 
     def rows_write(self, events: list[LedgerEvent], checkpoints: list[Checkpoint]) -> None:
         if events:

@@ -1,13 +1,21 @@
 """The store on PostgreSQL: the ORM, plus the intent's advisory lock, a claim without a savepoint, an
-append's write in one statement, and the hot path's two reads (a run with its workflow, a token with
-its user) written out as SQL."""
+append's write in one statement, and the hot path's reads (a run with its workflow, a token with its
+user, a run's key) written out as SQL.
+
+The hot statements go through ``_prepared()``: a cursor that binds its parameters on the server, so
+psycopg prepares each statement on a connection once it has run there a few times
+(``prepare_threshold``) and PostgreSQL stops planning it (planning a statement over sixteen partitions
+cost more than running it)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db import DEFAULT_DB_ALIAS, connection
-from django.db.models.sql import InsertQuery, UpdateQuery
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
+from psycopg import Cursor as ServerBindingCursor
 
 from ledger.models import ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
 from ledger.store.orm import OrmStore
@@ -17,7 +25,17 @@ from stateboard.waits import CHANNEL
 _INTENT_OF = f"SELECT intent FROM {RunKey._meta.db_table} WHERE run_id = %s"
 
 
+def _prepared():
+    """A Django cursor over a server-binding psycopg cursor: its statements are prepared per connection
+    after psycopg's ``prepare_threshold`` runs (Django's own cursors bind on the client and never are)."""
+    connection.ensure_connection()
+    raw = ServerBindingCursor(connection.connection)
+    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+
+
 class PostgresStore(OrmStore):
+    writes_unless_changed = True
+
     def snapshot_begin(self) -> None:
         """The open transaction reads one snapshot (its first statement: REPEATABLE READ)."""
         with connection.cursor() as cursor:
@@ -31,7 +49,7 @@ class PostgresStore(OrmStore):
 
     def token_read(self, key_hash: str) -> tuple[ApiToken | None, list[str]]:
         """One statement: the token, its user and the user's group names (an array subquery)."""
-        with connection.cursor() as cursor:
+        with _prepared() as cursor:
             cursor.execute(_TOKEN_SELECT, [key_hash])
             row = cursor.fetchone()
         if row is None:
@@ -52,10 +70,17 @@ class PostgresStore(OrmStore):
         small unpartitioned table)."""
         if known is not None:
             return known
-        with connection.cursor() as cursor:
+        with _prepared() as cursor:
             cursor.execute(_INTENT_OF, [run_id])
             row = cursor.fetchone()
         return row[0] if row else None
+
+    def run_peek(self, run_id) -> Run | None:
+        """One statement through the run's key: the run with its workflow, unlocked, and its row version."""
+        with _prepared() as cursor:
+            cursor.execute(_RUN_PEEK, [run_id])
+            row = cursor.fetchone()
+        return _run_of(row, version=True) if row else None
 
     def run_read(self, run_id, *, lock: bool, intent: str | None = None) -> Run | None:
         intent = self._intent_of(run_id, intent)
@@ -86,30 +111,35 @@ class PostgresStore(OrmStore):
             cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, workflow_slug])
 
     def run_write(self, run: Run, changed: list[str], events: list[LedgerEvent],
-                  checkpoints: list[Checkpoint]) -> None:
+                  checkpoints: list[Checkpoint], *, unless_changed: str | None = None) -> bool:
         """One statement: the events and checkpoints inserted and the run's changed columns updated, as
-        data-modifying CTEs of the ORM's own INSERT and UPDATE (a round trip costs more than the work)."""
+        data-modifying CTEs (a round trip costs more than the work). Its text depends only on how many rows
+        of each and which columns changed, so it is built once per shape and prepared like the reads.
+        ``unless_changed``: the run's row version as read without its lock; nothing is written (False) when
+        the row is another version now, or when a row breaks a unique key (a repeated ``client_event_id``)."""
         if not events or not changed:
-            return super().run_write(run, changed, events, checkpoints)
-        ctes, params, groups = [], [], []
-        for name, objs in (("e", events), ("c", checkpoints)):
-            if objs:
-                insert_sql, insert_params = _insert_statement(type(objs[0]), objs)
-                ctes.append(f"{name} AS ({insert_sql})")
-                params += insert_params
-                groups.append((name, objs))
-        update = UpdateQuery(Run)
-        update.add_update_values({name: getattr(run, name) for name in changed})
-        update.add_filter("pk", run.pk)
-        update.add_filter("intent", run.intent)
-        update_sql, update_params = update.get_compiler(DEFAULT_DB_ALIAS).as_sql()
-        returning = ", ".join(f"(SELECT array_agg(id ORDER BY id) FROM {name})" for name, _ in groups)
-        with connection.cursor() as cursor:
-            cursor.execute(f"WITH {', '.join(ctes)} {update_sql} RETURNING {returning}", [*params, *update_params])
-            ids = cursor.fetchone()
-        for (_, objs), group_ids in zip(groups, ids):
-            for obj, pk in zip(objs, group_ids):  # ids of one INSERT grow in VALUES order
+            return False if unless_changed is not None else super().run_write(run, changed, events, checkpoints)
+        groups = [objs for objs in (events, checkpoints) if objs]
+        params = [field.get_db_prep_save(getattr(run, field.attname), connection) for field in _run_fields(changed)]
+        params += [run.pk, run.intent, *([unless_changed] if unless_changed is not None else [])]
+        params += [value for objs in groups for value in _insert_values(objs)]
+        sql = _write_statement(tuple((type(objs[0]), len(objs)) for objs in groups), tuple(changed),
+                               unless_changed is not None)
+        try:  # (inside a caller's transaction, a savepoint keeps a refused statement from ending it)
+            with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext(), \
+                    _prepared() as cursor:
+                cursor.execute(sql, params)
+                updated, *ids = cursor.fetchone()
+        except IntegrityError:
+            if unless_changed is None:
+                raise
+            return False
+        if not updated:
+            return False
+        for objs, group_ids in zip(groups, ids):
+            for obj, pk in zip(objs, group_ids):  # ids of one INSERT grow in the order of its rows
                 obj.pk, obj._state.adding, obj._state.db = pk, False, DEFAULT_DB_ALIAS
+        return True
 
     def effect_insert(self, effect: Effect) -> bool:
         """One statement, no savepoint: the key claimed with ``ON CONFLICT DO NOTHING`` (which waits for a
@@ -131,14 +161,47 @@ class PostgresStore(OrmStore):
         return True
 
 
-def _insert_statement(model, objs: list) -> tuple[str, tuple]:
-    """The ORM's multi-row INSERT … RETURNING id for ``objs`` (what ``bulk_create`` sends)."""
-    query = InsertQuery(model)
-    query.insert_values([f for f in model._meta.concrete_fields if not f.primary_key], objs)
-    compiler = query.get_compiler(DEFAULT_DB_ALIAS)
-    compiler.returning_fields = [model._meta.pk]
-    [(sql, params)] = compiler.as_sql()
-    return sql, tuple(params)
+def _inserted_fields(model) -> list:
+    return [f for f in model._meta.concrete_fields if not f.primary_key]
+
+
+def _run_fields(names: list[str]) -> list:
+    return [Run._meta.get_field(name) for name in names]
+
+
+def _insert_values(objs: list) -> list:
+    """The values of ``objs`` in ``_write_statement``'s column order, prepared as the ORM's INSERT prepares
+    them (``pre_save``, then ``get_db_prep_save``)."""
+    fields = _inserted_fields(type(objs[0]))
+    return [field.get_db_prep_save(field.pre_save(obj, True), connection) for obj in objs for field in fields]
+
+
+@functools.lru_cache(maxsize=256)
+def _write_statement(inserts: tuple[tuple[type, int], ...], changed: tuple[str, ...], guarded: bool) -> str:
+    """``WITH u AS (UPDATE run SET … RETURNING 1), e AS (INSERT …), c AS (…) SELECT`` whether the run was
+    updated and the ids of each insert, for ``inserts`` ((model, rows) in the order of their values) and the
+    run's ``changed`` columns. ``guarded``: the update also names the row version (``xmin``), and the rows
+    are inserted only when it matched (selected from a VALUES list joined to the update, each value cast to
+    its column's type, in the list's order)."""
+    quote = connection.ops.quote_name
+    sets = ", ".join(f"{quote(field.column)} = %s" for field in _run_fields(list(changed)))
+    guard = " AND xmin = %s::xid" if guarded else ""
+    ctes = [f"u AS (UPDATE {quote(Run._meta.db_table)} SET {sets} WHERE id = %s AND intent = %s{guard} RETURNING 1)"]
+    selected = ["(SELECT count(*) FROM u)"]
+    for name, (model, rows) in zip("ec", inserts):
+        fields = _inserted_fields(model)
+        columns = ", ".join(quote(f.column) for f in fields)
+        if guarded:
+            names = ", ".join(f"c{i}" for i in range(len(fields)))
+            row = ", ".join(f"%s::{f.cast_db_type(connection)}" for f in fields)
+            values = ", ".join(f"({n}, {row})" for n in range(rows))
+            source = f"SELECT {names} FROM (VALUES {values}) AS v(n, {names}) CROSS JOIN u ORDER BY n"
+        else:
+            row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+            source = "VALUES " + ", ".join([row] * rows)
+        ctes.append(f"{name} AS (INSERT INTO {quote(model._meta.db_table)} ({columns}) {source} RETURNING id)")
+        selected.append(f"(SELECT array_agg(id ORDER BY id) FROM {name})")
+    return f"WITH {', '.join(ctes)} SELECT {', '.join(selected)}"
 
 
 # The hot paths' reads (a run with its workflow, a token with its user) written out once: building them
@@ -173,23 +236,35 @@ _EVENT_LOOKUP = (f', (SELECT e."id" FROM "{LedgerEvent._meta.db_table}" e WHERE 
                  f'AND e."run_id" = r."id" ORDER BY e."seq" DESC LIMIT 1)')
 
 
+_RUN_END = len(_RUN.fields) + len(_WORKFLOW.fields)
+_RUN_PEEK = (f'SELECT {_RUN.select}, {_WORKFLOW.select}, r.xmin::text FROM "{RunKey._meta.db_table}" k '
+             f'JOIN {_RUN.table} ON r."id" = k."run_id" AND r."intent" = k."intent" '
+             f'JOIN {_WORKFLOW.table} ON w."id" = r."workflow_id" WHERE k."run_id" = %s')
+
+
 def _run_row(run_id, intent: str, *, lock: bool, client_event_id: str | None = None) -> Run | None:
     """The run by id and intent with its workflow, locked FOR UPDATE OF the run with ``lock``; with
     ``client_event_id`` it also carries ``original_event_id`` and ``seen_seq`` (as the statement saw them)."""
     sql = _RUN_SELECT.format(extra=_EVENT_LOOKUP if client_event_id is not None else "",
                              lock=" FOR UPDATE OF r" if lock else "")
     params = [intent, client_event_id, intent] if client_event_id is not None else []  # named: one partition
-    with connection.cursor() as cursor:
+    with _prepared() as cursor:
         cursor.execute(sql, [*params, run_id, intent])
         row = cursor.fetchone()
     if row is None:
         return None
-    run_end = len(_RUN.fields)
-    workflow_end = run_end + len(_WORKFLOW.fields)
-    run = _RUN.instance(row[:run_end])
-    run.workflow = _WORKFLOW.instance(row[run_end:workflow_end])
+    run = _run_of(row)
     if client_event_id is not None:
-        run.original_event_id, run.seen_seq = row[workflow_end:]
+        run.original_event_id, run.seen_seq = row[_RUN_END:]
+    return run
+
+
+def _run_of(row, *, version: bool = False) -> Run:
+    """A run with its workflow from a row of ``_RUN.select, _WORKFLOW.select`` (``version``: then ``xmin``)."""
+    run = _RUN.instance(row[:len(_RUN.fields)])
+    run.workflow = _WORKFLOW.instance(row[len(_RUN.fields):_RUN_END])
+    if version:
+        run.row_version = row[_RUN_END]
     return run
 
 
