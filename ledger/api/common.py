@@ -117,13 +117,21 @@ def agents_of_body_workflow(request, kwargs) -> list[list[str]]:
     return _agents_of([slug]) if slug else []
 
 
+def lease_workflows_of(request) -> dict[str, list[str]]:
+    """The workflows a lease names, as {slug: agents} of those that exist, read once per request."""
+    if not hasattr(request, "lease_workflows"):
+        data = request_data(request)
+        slugs = data.get("workflows") if isinstance(data, dict) else None
+        if not isinstance(slugs, list) or not slugs or not all(isinstance(s, str) for s in slugs):
+            request.lease_workflows = {}
+        else:
+            request.lease_workflows = dict(Workflow.objects.filter(slug__in=slugs).values_list("slug", "agents"))
+    return request.lease_workflows
+
+
 def agents_of_lease(request, kwargs) -> list[list[str]]:
     """A lease naming workflows is refused if any refuses the caller; naming none skips them instead."""
-    data = request_data(request)
-    slugs = data.get("workflows") if isinstance(data, dict) else None
-    if not isinstance(slugs, list) or not all(isinstance(s, str) for s in slugs):
-        return []
-    return _agents_of(slugs)
+    return list(lease_workflows_of(request).values())
 
 
 def refusal_record(user, *, action: str, code: str, request, kwargs: dict, errors=None) -> None:

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 
 from ledger import authorizers, selectors, services
 from ledger.api.common import (NewestFirstCursor, PolicyListApi, agents_of_body_workflow, agents_of_lease, body_of,
-                               run_get, validated)
+                               lease_workflows_of, run_get, validated)
 from ledger.api.components import ChainReportSerializer
 from stateboard.openapi import operation
 from ledger.api.operations import OPS
@@ -88,8 +88,10 @@ class RunLeaseApi(PolicyApi):
     def post(self, request):
         data = validated(RunLeaseInputSerializer, body_of(request))
         waits_outside = request.META.get(WAITS_OUTSIDE, False)  # the ASGI entry waits without a thread
-        run = services.run_lease(actor=actor_for(request.user), workflows=data.get("workflows") or None,
-                                 wait_seconds=0 if waits_outside else data["wait_seconds"])
+        workflows, known = data.get("workflows") or None, lease_workflows_of(request)
+        run = services.run_lease(actor=actor_for(request.user), workflows=workflows,
+                                 wait_seconds=0 if waits_outside else data["wait_seconds"],
+                                 existing=set(known) if workflows and set(workflows) <= set(known) else None)
         if run is None:
             response = Response(status=status.HTTP_204_NO_CONTENT)
             if waits_outside and data["wait_seconds"]:

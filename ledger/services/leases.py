@@ -7,28 +7,21 @@ import time
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ledger.models import HOLDING_STATES, Run, Workflow
+from ledger.models import Run, Workflow
 from ledger.services.writer import RunWriter
+from ledger.store import store
 from stateboard.errors import Invalid
 
 POLL_FIRST, POLL_MAX = 0.05, 1.0  # long-poll backoff (seconds)
 
 
 def run_lease_once(*, actor: str, workflows: list[str] | None = None) -> Run | None:
-    """Lease the earliest-queued run of ``workflows`` (all when None) to ``actor``, or None.
-
-    ``FOR UPDATE SKIP LOCKED``: concurrent callers each lock a different queued row (or none), so no
-    two receive the same run and none waits behind another's lock."""
+    """Lease the earliest-queued run of ``workflows`` (all when None; a workflow whose ``agents`` do not
+    name the caller is passed over) to ``actor``, or None. No two callers receive the same run
+    (``store().run_queued_lock``)."""
     now = timezone.now()
     with transaction.atomic():
-        queued = (Run.objects.select_for_update(skip_locked=True, of=("self",)).select_related("workflow")
-                  .filter(queued_until__gt=now, state__in=HOLDING_STATES).order_by("queued_at", "id"))
-        if workflows:
-            queued = queued.filter(workflow__slug__in=workflows)
-        refused = workflows_refusing(actor)
-        if refused:  # a lease naming no workflow skips the runs of those that do not allow the caller
-            queued = queued.exclude(workflow_id__in=refused)
-        run = queued.first()
+        run = store().run_queued_lock(agent=actor.removeprefix("agent:"), workflows=workflows, now=now)
         if run is None:
             return None
         writer = RunWriter(run, actor, now)
@@ -37,22 +30,18 @@ def run_lease_once(*, actor: str, workflows: list[str] | None = None) -> Run | N
     return run
 
 
-def workflows_refusing(actor: str) -> list[int]:
-    """Ids of the workflows whose ``agents`` allow-list does not name ``actor`` (``agent:<name>``)."""
-    name = actor.removeprefix("agent:")
-    return [workflow_id for workflow_id, agents in Workflow.objects.exclude(agents=[]).values_list("id", "agents")
-            if agents and name not in agents]
-
-
-def run_lease(*, actor: str, workflows=None, wait_seconds: int = 0) -> Run | None:
-    """Lease a queued run, waiting up to ``wait_seconds`` for one (long-poll).
+def run_lease(*, actor: str, workflows=None, wait_seconds: int = 0, existing: set[str] | None = None) -> Run | None:
+    """Lease a queued run, waiting up to ``wait_seconds`` for one (long-poll). ``existing``: which of
+    ``workflows`` exist, when the caller read them already (the pipeline's read of their ``agents``).
 
     Between polls no transaction is open and the database connection is given back, so a hundred
     waiting agents cost no connections (LISTEN/NOTIFY would need a dedicated connection per waiter)."""
     if workflows is not None:
         if not isinstance(workflows, list) or not all(isinstance(w, str) for w in workflows):
             raise Invalid("validation_error", "workflows must be a list of workflow slugs.")
-        unknown = set(workflows) - set(Workflow.objects.filter(slug__in=workflows).values_list("slug", flat=True))
+        if existing is None:
+            existing = set(Workflow.objects.filter(slug__in=workflows).values_list("slug", flat=True))
+        unknown = set(workflows) - existing
         if unknown:
             raise Invalid("unknown_workflow", f"No workflow with slug {sorted(unknown)[0]!r}.")
     if isinstance(wait_seconds, bool) or not isinstance(wait_seconds, (int, float)) or not 0 <= wait_seconds <= 30:

@@ -10,7 +10,7 @@ import uuid
 
 from django.db import IntegrityError, transaction
 
-from ledger.models import ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run
+from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, Workflow
 
 
 class OrmStore:
@@ -49,6 +49,20 @@ class OrmStore:
             runs = runs.select_for_update(of=("self",))
         found = list(runs)
         return found[0] if found else None
+
+    def run_queued_lock(self, *, agent: str, workflows: list[str] | None, now) -> Run | None:
+        """The earliest-queued run still in its queue time (of ``workflows``, all when None) whose workflow lets
+        ``agent`` (a name) serve it, with its workflow, locked ``FOR UPDATE SKIP LOCKED``: concurrent callers
+        each lock a different queued row (or none), so no two receive the same run and none waits."""
+        queued = (Run.objects.select_for_update(skip_locked=True, of=("self",)).select_related("workflow")
+                  .filter(queued_until__gt=now, state__in=HOLDING_STATES).order_by("queued_at", "id"))
+        if workflows:
+            queued = queued.filter(workflow__slug__in=workflows)
+        refused = [workflow_id for workflow_id, agents in Workflow.objects.exclude(agents=[]).values_list("id", "agents")
+                   if agents and agent not in agents]
+        if refused:
+            queued = queued.exclude(workflow_id__in=refused)
+        return queued.first()
 
     def run_lock_for_event(self, run_id: uuid.UUID, client_event_id: str | None,
                            intent: str | None = None) -> tuple[Run | None, LedgerEvent | None]:

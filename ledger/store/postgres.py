@@ -17,7 +17,7 @@ from django.contrib.auth.models import Group
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
 from psycopg import Cursor as ServerBindingCursor
 
-from ledger.models import ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
+from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
 from ledger.store.orm import OrmStore
 from stateboard.waits import CHANNEL
 
@@ -88,6 +88,13 @@ class PostgresStore(OrmStore):
             return None
         return _run_row(run_id, intent, lock=lock)
 
+    def run_queued_lock(self, *, agent: str, workflows: list[str] | None, now) -> Run | None:
+        """One statement (the allow-lists read in it): the earliest-queued run, locked ``SKIP LOCKED``."""
+        with _prepared() as cursor:
+            cursor.execute(_QUEUED_SELECT, [now, list(HOLDING_STATES), workflows or None, workflows or None, agent])
+            row = cursor.fetchone()
+        return _run_of(row) if row else None
+
     def run_lock_for_event(self, run_id, client_event_id: str | None, intent: str | None = None):
         """One statement after the run's key: the run locked, the id of its event with ``client_event_id``
         and its last seq as the statement's snapshot saw them. Under READ COMMITTED that snapshot predates a
@@ -125,9 +132,9 @@ class PostgresStore(OrmStore):
         params += [value for objs in groups for value in _insert_values(objs)]
         sql = _write_statement(tuple((type(objs[0]), len(objs)) for objs in groups), tuple(changed),
                                unless_changed is not None)
+        guarded_in_transaction = unless_changed is not None and connection.in_atomic_block
         try:  # (inside a caller's transaction, a savepoint keeps a refused statement from ending it)
-            with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext(), \
-                    _prepared() as cursor:
+            with transaction.atomic() if guarded_in_transaction else contextlib.nullcontext(), _prepared() as cursor:
                 cursor.execute(sql, params)
                 updated, *ids = cursor.fetchone()
         except IntegrityError:
@@ -268,6 +275,11 @@ def _run_of(row, *, version: bool = False) -> Run:
     return run
 
 
+_QUEUED_SELECT = (f'SELECT {_RUN.select}, {_WORKFLOW.select} FROM {_RUN.table} JOIN {_WORKFLOW.table} '
+                  f'ON w."id" = r."workflow_id" WHERE r."queued_until" > %s AND r."state" = ANY(%s) '
+                  f'AND (%s::text[] IS NULL OR w."slug" = ANY(%s::text[])) '
+                  f"AND (w.\"agents\" = '[]'::jsonb OR w.\"agents\" ? %s) "
+                  f'ORDER BY r."queued_at", r."id" LIMIT 1 FOR UPDATE OF r SKIP LOCKED')
 _User = get_user_model()
 _TOKEN, _USER = _Columns(ApiToken, "t"), _Columns(_User, "u")
 _USER_GROUPS = _User.groups.through
