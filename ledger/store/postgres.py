@@ -27,7 +27,8 @@ _INTENT_OF = f"SELECT intent FROM {RunKey._meta.db_table} WHERE run_id = %s"
 
 def _prepared():
     """A Django cursor over a server-binding psycopg cursor: its statements are prepared per connection
-    after psycopg's ``prepare_threshold`` runs (Django's own cursors bind on the client and never are)."""
+    after ``prepare_threshold`` runs (settings; Django's own cursors bind on the client and never are)."""
+    connection.close_if_health_check_failed()  # (as Django's own cursor() does: a restart's dead connection)
     connection.ensure_connection()
     raw = ServerBindingCursor(connection.connection)
     return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
@@ -148,6 +149,19 @@ class PostgresStore(OrmStore):
                 obj.pk, obj._state.adding, obj._state.db = pk, False, DEFAULT_DB_ALIAS
         return True
 
+    def run_insert(self, run: Run, events: list[LedgerEvent], checkpoints: list[Checkpoint]) -> None:
+        """One statement: the new run (its key row comes from the run's insert trigger) with its first events
+        and server checkpoints, as data-modifying CTEs, its text built once per shape and prepared."""
+        groups = [objs for objs in (events, checkpoints) if objs]
+        params = _insert_values([run]) + [value for objs in groups for value in _insert_values(objs)]
+        with _prepared() as cursor:
+            cursor.execute(_insert_statement(tuple((type(objs[0]), len(objs)) for objs in groups)), params)
+            ids = cursor.fetchone()
+        run._state.adding, run._state.db = False, DEFAULT_DB_ALIAS
+        for objs, group_ids in zip(groups, ids):
+            for obj, pk in zip(objs, group_ids):  # ids of one INSERT grow in VALUES order
+                obj.pk, obj._state.adding, obj._state.db = pk, False, DEFAULT_DB_ALIAS
+
     def effect_insert(self, effect: Effect) -> bool:
         """One statement, no savepoint: the key claimed with ``ON CONFLICT DO NOTHING`` (which waits for a
         concurrent claim of it to end), and the effect inserted only when the key was this statement's."""
@@ -169,7 +183,8 @@ class PostgresStore(OrmStore):
 
 
 def _inserted_fields(model) -> list:
-    return [f for f in model._meta.concrete_fields if not f.primary_key]
+    """The columns an INSERT names: all but a primary key the database numbers (a run's id is its own)."""
+    return [f for f in model._meta.concrete_fields if not (f.primary_key and getattr(f, "db_returning", False))]
 
 
 def _run_fields(names: list[str]) -> list:
@@ -209,6 +224,21 @@ def _write_statement(inserts: tuple[tuple[type, int], ...], changed: tuple[str, 
         ctes.append(f"{name} AS (INSERT INTO {quote(model._meta.db_table)} ({columns}) {source} RETURNING id)")
         selected.append(f"(SELECT array_agg(id ORDER BY id) FROM {name})")
     return f"WITH {', '.join(ctes)} SELECT {', '.join(selected)}"
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_statement(inserts: tuple[tuple[type, int], ...]) -> str:
+    """``WITH r AS (INSERT run), e AS (INSERT …), c AS (…) SELECT`` the ids of each insert after the run's."""
+    quote = connection.ops.quote_name
+    ctes, selected = [], []
+    for name, (model, rows) in zip("rec", ((Run, 1), *inserts)):
+        fields = _inserted_fields(model)
+        row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        ctes.append(f"{name} AS (INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+                    f"VALUES {', '.join([row] * rows)} RETURNING {'1' if model is Run else 'id'})")
+        if model is not Run:
+            selected.append(f"(SELECT array_agg(id ORDER BY id) FROM {name})")
+    return f"WITH {', '.join(ctes)} SELECT {', '.join(selected) or '1'}"
 
 
 # The hot paths' reads (a run with its workflow, a token with its user) written out once: building them

@@ -12,7 +12,7 @@ reach the server; nothing is written to it. Example::
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger.ops.bench import against, agents, fleet, instructions, knowledge, ledger, pages, sweeps
+from ledger.ops.bench import against, agents, costs, fleet, instructions, knowledge, ledger, pages, sweeps
 from ledger.ops.bench.common import BenchError, Out, scratch_database
 
 
@@ -39,12 +39,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("target", choices=["ledger", "knowledge", "sweeps", "pages", "agents", "instructions",
-                                               "longpoll", "fleet"], help="what to benchmark")
+                                               "longpoll", "fleet", "costs"], help="what to benchmark")
         parser.add_argument("--scale", type=float, default=1.0,
                             help="scale the data sizes (1.0: 1,000,000 events / 100,000 runs; tests use 0.001)")
         parser.add_argument("--skip-http", action="store_true", help="ledger: skip the HTTP API figures")
         parser.add_argument("--against", metavar="REV",
-                            help="ledger: run the bench of an earlier release first (a git revision of this "
+                            help="ledger, costs: run the bench of an earlier release first (a git revision of this "
                                  "repository, e.g. the release before), then this one's, and print the cost ratios")
         parser.add_argument("--skip-load", action="store_true",
                             help="ledger: skip the bulk load and the recovery-decision latency figures")
@@ -64,7 +64,7 @@ class Command(BaseCommand):
         parser.add_argument("--calls", type=int, default=500,
                             help="longpoll: sequential /healthz calls and appends, alone and beside the waiters")
         parser.add_argument("--ops", type=int, default=300,
-                            help="instructions: operations counted per loop (after a warm-up of as many, at most 50)")
+                            help="instructions, costs: operations counted per loop (after a warm-up of as many, at most 50)")
 
     def handle(self, *args, **options):
         try:
@@ -83,6 +83,13 @@ class Command(BaseCommand):
                     else:
                         fleet.run_fleet(out=self.stdout, db_name=options["db_name"], steps=_steps(options["steps"]),
                                         seconds=options["step_seconds"])
+                return
+            if options["target"] == "costs":
+                if options["ops"] < 1:
+                    raise CommandError("--ops must be positive.")
+                with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
+                    costs.run(out=self.stdout, db_name=options["db_name"], ops=options["ops"],
+                              against=options["against"])
                 return
             if options["target"] == "instructions":
                 if options["ops"] < 1:
