@@ -9,7 +9,6 @@ commit, so store versions are committed in order (a checkpoint's ``version_bound
 "everything up to here was visible").
 """
 
-import pgtrigger
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -169,7 +168,7 @@ class ClaimDerivation(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["source_key"], name="claimderivation_source")]
-        triggers = [pgtrigger.Protect(name="append_only", operation=pgtrigger.Update)]
+        triggers = append_only_triggers()
 
 
 class ClaimReview(models.Model):
@@ -189,7 +188,7 @@ class ClaimReview(models.Model):
     class Meta:
         ordering = ["-source_store_version"]
         indexes = [models.Index(fields=["key", "source_store_version"], name="claimreview_key_sv")]
-        triggers = [pgtrigger.Protect(name="append_only", operation=pgtrigger.Update)]
+        triggers = append_only_triggers()
 
 
 class GateDecision(models.Model):

@@ -11,10 +11,11 @@ class LedgerConfig(AppConfig):
         from ledger.api.common import refusal_record  # (b) the app registry is not ready when apps.py loads
         from stateboard import policy  # (b)
         from ledger.models.keys import sqlite_run_key_triggers_install  # (b)
-        from stateboard.db import sqlite_guards_install  # (b)
+        from stateboard.db import partition_guards_install, sqlite_guards_install  # (b)
 
         post_migrate.connect(sqlite_guards_install, dispatch_uid="stateboard.sqlite_guards")
         post_migrate.connect(sqlite_run_key_triggers_install, dispatch_uid="ledger.sqlite_run_keys")
+        post_migrate.connect(partition_guards_install, dispatch_uid="stateboard.partition_guards")
         policy.refusal_recorder = refusal_record
         self.knowledge_ports_wire()
 

@@ -119,7 +119,7 @@ def tombstones_gc(*, now: datetime | None = None, limit: int = 1000) -> dict:
         head.gc_status, head.gc_store_version, head.gc_at, head.updated_at = (
             tombstone.status, tombstone.store_version, now, now)
         head.save()
-        with guard_lifted("knowledge.Claim:append_only"):
+        with guard_lifted("knowledge.Claim:append_only", "knowledge.ClaimDerivation:append_only"):  # (cascades)
             deleted, _ = Claim.objects.filter(key=head.key, store_version__lte=tombstone.store_version).delete()
         removed.append({"key": head.key, "status": tombstone.status, "version": tombstone.version,
                         "store_version": tombstone.store_version, "rows_deleted": deleted})

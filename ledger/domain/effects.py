@@ -3,6 +3,8 @@ rebuild alike, and the status groups every reader shares."""
 
 from __future__ import annotations
 
+from stateboard.canonical import digest
+
 STATUSES = ("attempted", "effective", "verified", "failed", "unknown", "compensated", "isolated")
 # Happened (or may have) but not proven: a later run must verify these, never re-execute them.
 UNVERIFIED = frozenset({"attempted", "effective", "unknown"})
@@ -13,6 +15,13 @@ CLAIMABLE_AGAIN = frozenset({"failed"})
 UNDONE = frozenset({"compensated", "isolated"})
 # The world may hold the effect: what a compensation has to undo (an isolated one too).
 HELD = frozenset(STATUSES) - CLAIMABLE_AGAIN - {"compensated"}
+
+
+def effect_key_namespaced(*, workflow_slug: str, intent: str, key: str) -> str:
+    """An agent's own idempotency key as stored (API.md): namespaced by its run's workflow and intent, so keys
+    stay unique across the install and no intent can take another's. Digested from an object, never a list:
+    it cannot be any intent's default key (``[workflow, intent, fingerprint, stage]``)."""
+    return digest({"workflow": workflow_slug, "intent": intent, "key": key})
 
 
 def effect_next(status: str | None, kind: str, *, run_state: str, reason_code: str = "") -> str | None:

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import JSONField, Q, Value
 
+from stateboard.db import NoTruncate
 from stateboard.db import append_only_triggers as shared_append_only_triggers
 from ledger.domain.kinds import EventKind
 from ledger.domain.machine import HOLDING_STATES, TERMINAL_STATES, RunState
@@ -31,6 +32,11 @@ def default_approval_stages():
 
 def append_only_triggers():
     return shared_append_only_triggers(what="the ledger is append-only")
+
+
+def kept_triggers():
+    """A per-intent table whose rows change one by one, never all at once."""
+    return [NoTruncate(what="the ledger is never truncated")]
 
 
 class RunRowsQuerySet(models.QuerySet):
@@ -188,6 +194,7 @@ class Run(models.Model):
                          condition=Q(state__in=("escalated", "compensate", "failed"))),
             models.Index(fields=["queued_at"], condition=Q(queued_until__isnull=False), name="run_queued"),
         ]
+        triggers = kept_triggers()
 
     def __str__(self):
         return f"{self.workflow_id}:{self.intent} ({self.state})"
@@ -285,6 +292,7 @@ class Effect(models.Model):
             models.Index(fields=["workflow", "intent", "input_fingerprint"], name="effect_intent_fp"),
             models.Index(fields=["run"], name="effect_run"),
         ]
+        triggers = kept_triggers()
 
     def __str__(self):
         return f"{self.stage}:{self.status} ({self.idempotency_key[:12]})"
@@ -322,7 +330,7 @@ class Checkpoint(models.Model):
             models.Index(fields=["workflow", "intent", "input_fingerprint", "-id"], name="checkpoint_intent_fp_latest"),
             models.Index(fields=["expires_at"], name="checkpoint_expires"),
         ]
-        triggers = [pgtrigger.Protect(name="immutable", operation=pgtrigger.Update)]
+        triggers = [pgtrigger.Protect(name="immutable", operation=pgtrigger.Update), *kept_triggers()]
 
     def __str__(self):
         return f"checkpoint {self.pk} {self.workflow_id}:{self.intent}"
@@ -387,7 +395,7 @@ class AuditEntry(models.Model):
 
     at = models.DateTimeField()
     actor = models.CharField(max_length=200)
-    role = models.CharField(max_length=20)
+    role = models.TextField()  # every role the actor held, joined by commas (a superuser holds them all)
     action = models.CharField(max_length=40)
     outcome = models.CharField(max_length=10)  # done | refused
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.PROTECT, related_name="audit_entries")

@@ -22,8 +22,8 @@ from ledger.services.handoff import executor_handoff
 from ledger.services.rollback import compensation_done, compensation_scope
 from ledger.services.versions import stage_generation
 from ledger.store import StatementRefused, statements_refused, store
-from ledger.services.writer import (EXECUTOR, RunWriter, effect_key_default, illegal, lease_fail, lease_lapse,
-                                    holds, lease_require,
+from ledger.services.writer import (EXECUTOR, RunWriter, effect_key_default, effect_key_given, illegal,
+                                    lease_fail, lease_lapse, holds, lease_require,
                                     run_spec, run_uuid_of, stage_status)
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, DomainError, Invalid, NotFound
@@ -74,9 +74,14 @@ class _Append:
         return selectors.effects_of(workflow_id=run.workflow_id, intent=run.intent,
                                     fingerprint=run.input_fingerprint).filter(stage=self.stage)
 
+    @functools.cached_property
+    def given_key(self) -> str:
+        """The agent's ``idempotency_key`` as stored (namespaced: ``writer.effect_key_given``), or ""."""
+        return effect_key_given(self.run, self.body.get("idempotency_key"))
+
     def effect_key(self) -> str | None:
         """The stage's effect: named by the agent, recorded when the run claimed it, or looked up."""
-        key = self.body.get("idempotency_key") or (self.run.stage_states.get(self.stage) or {}).get("effect_key")
+        key = self.given_key or (self.run.stage_states.get(self.stage) or {}).get("effect_key")
         if key:
             return key
         return (self._effects().filter(status__in=effects.UNVERIFIED)
@@ -399,7 +404,7 @@ def _event_apply(writer: RunWriter, body: dict, *, body_digest: str) -> LedgerEv
         kind, stage, reason_code=body.get("reason_code") or "", data={**(body.get("data") or {}), **recorded},
         effect=validate_effect(body.get("effect")), evidence=validate_evidence(body.get("evidence")),
         client_event_id=body.get("client_event_id"), body_digest=body_digest,
-        idempotency_key=_event_effect_key(run, kind, stage, body),
+        idempotency_key=_event_effect_key(run, kind, stage, app.given_key),
     )
     _HANDLERS[kind](app, event)
     goal_catch_up(writer)  # a run that kept an outdated goal moves once its effects are settled
@@ -420,9 +425,8 @@ def _claim_uris(event: LedgerEvent) -> list[str]:
     return [e["uri"] for e in event.evidence if e.get("uri", "").startswith("claim:")]
 
 
-def _event_effect_key(run: Run, kind: str, stage: str, body: dict) -> str:
+def _event_effect_key(run: Run, kind: str, stage: str, key: str) -> str:
     """Events on an effect stage carry its idempotency key (the default key unless the agent names one)."""
-    key = body.get("idempotency_key")
     if run.staged:
         return ""  # a staged run claims no key
     if stage not in run.workflow.effect_stages or key:

@@ -18,7 +18,8 @@ from ledger.domain import machine, recovery
 from ledger.domain.projection import lease_next
 from ledger.services.notifications import approval_keys, notifications_settle
 from ledger.store import store
-from ledger.models import LEASED_STATES, TERMINAL_STATES, EventKind, LedgerEvent, Run, RunKey, Workflow
+from ledger.domain.effects import effect_key_namespaced
+from ledger.models import LEASED_STATES, TERMINAL_STATES, Effect, EventKind, LedgerEvent, Run, RunKey, Workflow
 from stateboard.canonical import canonical_json, digest, sha256_hex
 from stateboard.errors import Conflict, NotFound
 
@@ -39,6 +40,17 @@ def input_fingerprint(*, workflow_slug: str, intent: str, inputs, policy_version
 def effect_key_default(*, workflow_slug: str, intent: str, fingerprint: str, stage: str, generation: int = 0) -> str:
     """[workflow, intent, fingerprint, stage], with the stage's generation appended when it is >= 1."""
     return digest([workflow_slug, intent, fingerprint, stage, *([generation] if generation >= 1 else [])])
+
+
+def effect_key_given(run: Run, key: str | None) -> str:
+    """An agent's ``idempotency_key`` on ``run`` as stored: itself when the run's workflow and intent hold it
+    already (a key the ledger answered, or one stored before keys were namespaced: nothing runs twice),
+    else namespaced by them, so it can never be another intent's."""
+    if not key:
+        return ""
+    if Effect.objects.filter(workflow_id=run.workflow_id, intent=run.intent, idempotency_key=key).exists():
+        return key
+    return effect_key_namespaced(workflow_slug=run.workflow.slug, intent=run.intent, key=key)
 
 
 def _iso(value: datetime) -> str:

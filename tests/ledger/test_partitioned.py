@@ -91,18 +91,19 @@ def test_a_trigger_key_is_one_run_per_workflow_across_intents():
 
 
 def test_an_effect_key_is_one_effect_across_intents():
+    """A stored key is unique across the install; an agent's own key is namespaced by its intent first (API.md),
+    so the same key from two intents is two effects, and one intent's stored key is never another's."""
     wf = make_workflow(stages=["deploy"], effect_stages=["deploy"], approval_stages=[])
     _, token = make_agent()
     driver = AgentDriver(client_for(token), wf.slug)
     alpha, beta = driver.trigger(intent="alpha"), driver.trigger(intent="beta")
-    driver.event(alpha["id"], "deploy", "started", idempotency_key="deploy-prod-42")
-    refused = driver.event(beta["id"], "deploy", "started", expect=409, idempotency_key="deploy-prod-42")
-    assert refused["code"] == "effect_exists", refused
-    assert Effect.objects.filter(idempotency_key="deploy-prod-42").count() == 1
-    assert LedgerEvent.objects.filter(run_id=beta["id"], kind="started").count() == 0  # nothing partial
+    taken = driver.event(alpha["id"], "deploy", "started", idempotency_key="deploy-prod-42")["idempotency_key"]
+    own = driver.event(beta["id"], "deploy", "started", idempotency_key=taken)["idempotency_key"]
+    assert own != taken and Effect.objects.filter(idempotency_key=taken).count() == 1
+    assert Effect.objects.get(idempotency_key=own).intent == "beta"
     now = timezone.now()
     with pytest.raises(IntegrityError), transaction.atomic():  # past the store: the key table refuses it
-        Effect.objects.create(idempotency_key="deploy-prod-42", workflow=wf, intent="beta", input_fingerprint="f",
+        Effect.objects.create(idempotency_key=taken, workflow=wf, intent="beta", input_fingerprint="f",
                               stage="deploy", run_id=beta["id"], claimed_seq=1, last_seq=1, created_at=now,
                               updated_at=now)
         connection.check_constraints()  # the foreign keys are checked at commit (deferred, as Django's are)

@@ -197,7 +197,8 @@ class _Bench:
 
     def cleanup(self):
         loader.rows_delete(ClaimHead.objects.filter(key__startswith=self.prefix))
-        with pgtrigger.ignore("knowledge.Claim:append_only", "knowledge.GateDecision:append_only"):
+        with pgtrigger.ignore("knowledge.Claim:append_only", "knowledge.ClaimDerivation:append_only",
+                              "knowledge.GateDecision:append_only"):
             loader.rows_delete(ClaimDerivation.objects.filter(claim__key__startswith=self.prefix))
             loader.rows_delete(Claim.objects.filter(key__startswith=self.prefix))
             loader.rows_delete(GateDecision.objects.filter(key__startswith=self.prefix))
