@@ -3,7 +3,11 @@ their policies name (the subject an authorizer decides on, the workflows whose `
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
+from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound as NotFound_
 from rest_framework.generics import ListAPIView
@@ -20,14 +24,43 @@ class PolicyListApi(PolicyApi, ListAPIView):
     """A paginated, filtered list behind the same pipeline."""
 
 
+def _invalid_cursor() -> Invalid:
+    return Invalid("invalid_cursor", "The pagination cursor is not one this list gave out.", status_code=400)
+
+
 class StrictCursor(CursorPagination):
-    """A cursor that does not decode is 400 ``invalid_cursor`` (DRF answers 404)."""
+    """A cursor that does not decode, or whose position is not a value of the ordering's field (a forged
+    ``p``: text for a time, a number past the column, a NUL), is 400 ``invalid_cursor`` (DRF answers 404,
+    or the database's error a 500)."""
+
+    def paginate_queryset(self, queryset, request, view=None):
+        self.position_field = queryset.model._meta.get_field(self.ordering[0].lstrip("-"))
+        return super().paginate_queryset(queryset, request, view)
 
     def decode_cursor(self, request):
         try:
-            return super().decode_cursor(request)
+            cursor = super().decode_cursor(request)
         except NotFound_:
-            raise Invalid("invalid_cursor", "The pagination cursor is not one this list gave out.", status_code=400)
+            raise _invalid_cursor()
+        if cursor is not None and cursor.position is not None:
+            _position_value(self.position_field, cursor.position)
+        return cursor
+
+
+def _position_value(field, position: str):
+    """``position`` as a value of ``field`` that the database can compare, or 400 ``invalid_cursor``."""
+    if "\x00" in position:
+        raise _invalid_cursor()
+    try:
+        value = field.to_python(position)
+        field.run_validators(value)
+        if isinstance(value, datetime):
+            if timezone.is_naive(value):
+                raise ValueError("a naive time")
+            value = value.astimezone(UTC)
+    except (DjangoValidationError, ValueError, TypeError, OverflowError):
+        raise _invalid_cursor()
+    return value
 
 
 class NewestFirstCursor(StrictCursor):
