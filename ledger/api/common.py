@@ -88,11 +88,35 @@ def body_of(request) -> dict:
 
 
 def validated(serializer_class, data) -> dict:
-    """``data`` (a JSON object) validated by an input serializer, or 422 ``validation_error`` with its errors."""
+    """``data`` (a JSON object) validated by an input serializer, or 422 ``validation_error`` with its errors.
+    A text field given anything but a string is refused, never converted (DRF turns 9 into "9")."""
     serializer = serializer_class(data=json_object(data))
+    not_text = dict(_not_strings(serializer, data, ""))
+    if not_text:
+        raise Invalid("validation_error", "Invalid input: a text field holds a value that is not a string.",
+                      errors=not_text)
     if not serializer.is_valid():
         raise Invalid("validation_error", "Invalid input.", errors=serializer.errors)
     return serializer.validated_data
+
+
+def _not_strings(field, value, where: str):
+    """(where, why) for each value under ``field`` that is not a string where the field takes text."""
+    if value is None:
+        return
+    if isinstance(field, serializers.CharField):  # (SlugField, RegexField, … too)
+        if not isinstance(value, str):
+            yield where, ["Must be a string."]
+    elif isinstance(field, (serializers.ListField, serializers.ListSerializer)) and isinstance(value, list):
+        for n, item in enumerate(value):
+            yield from _not_strings(field.child, item, f"{where}[{n}]")
+    elif isinstance(field, serializers.DictField) and isinstance(value, dict):
+        for key, item in value.items():
+            yield from _not_strings(field.child, item, f"{where}.{key}")
+    elif isinstance(field, serializers.Serializer) and isinstance(value, dict):
+        for name, child in field.fields.items():
+            if name in value and not child.read_only:
+                yield from _not_strings(child, value[name], f"{where}.{name}" if where else name)
 
 
 def run_get(run_id) -> Run:
