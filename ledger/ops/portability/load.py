@@ -88,7 +88,7 @@ def import_file(data: bytes, *, trust_unsigned: bool = False) -> dict:
         if line_type == "event" and "intent" not in obj:  # files from before events carried it
             obj["intent"] = run_intents.get(obj.get("run_id"), "")
         try:
-            row = row_from_line(line_type, obj)
+            row = row_from_line(line_type, obj, escaped=b"\\u" in raw)
         except LineInvalid as exc:
             raise ImportRefused(f"line {number} ({line_type}): {exc}")
         rows[line_type].append((number, row, obj))

@@ -84,10 +84,12 @@ def _unstorable(value) -> str | None:
     return None
 
 
-def row_from_line(line_type: str, line: dict):
-    """The model instance a line describes (unsaved); LineInvalid naming the field when it does not fit."""
+def row_from_line(line_type: str, line: dict, *, escaped: bool = True):
+    """The model instance a line describes (unsaved); LineInvalid naming the field when it does not fit.
+    ``escaped``: the line's text holds a ``\\u`` escape, the only way JSON carries a NUL or half a
+    surrogate pair (without one, the strings need no walk)."""
     model = TYPES[line_type]
-    for name, value in line.items():
+    for name, value in line.items() if escaped else ():
         problem = _unstorable(value)
         if problem:
             raise LineInvalid(f"field {name!r} {problem}")
