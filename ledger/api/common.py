@@ -43,24 +43,23 @@ class StrictCursor(CursorPagination):
         except NotFound_:
             raise _invalid_cursor()
         if cursor is not None and cursor.position is not None:
-            _position_value(self.position_field, cursor.position)
+            _position_check(self.position_field, cursor.position)
         return cursor
 
 
-def _position_value(field, position: str):
-    """``position`` as a value of ``field`` that the database can compare, or 400 ``invalid_cursor``."""
+def _position_check(field, position: str) -> None:
+    """400 ``invalid_cursor`` unless ``position`` is a value of ``field`` the database can compare: within
+    the column's range, and a time with its zone that UTC can hold."""
     if "\x00" in position:
         raise _invalid_cursor()
     try:
         value = field.to_python(position)
         field.run_validators(value)
-        if isinstance(value, datetime):
-            if timezone.is_naive(value):
-                raise ValueError("a naive time")
-            value = value.astimezone(UTC)
+        comparable = not isinstance(value, datetime) or (timezone.is_aware(value) and bool(value.astimezone(UTC)))
     except (DjangoValidationError, ValueError, TypeError, OverflowError):
+        comparable = False
+    if not comparable:
         raise _invalid_cursor()
-    return value
 
 
 class NewestFirstCursor(StrictCursor):
