@@ -31,7 +31,7 @@ from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from stateboard.errors import DomainError, Refused
+from stateboard.errors import DomainError, Invalid, Refused
 from stateboard.roles import ANY, PUBLIC, has_role, is_agent
 
 __all__ = ["ANY", "PUBLIC", "Policy", "PolicyApi", "page", "policy_of", "rate_limits"]
@@ -218,9 +218,9 @@ NOTIFICATIONS_CHANGED = "notifications-changed"  # htmx event: the menu's unread
 
 
 def safe_next(request, default: str) -> str:
-    """The page a form was posted from (its ``next``, when it is one of this site's), else ``default``."""
+    """The page a form was posted from (its ``next``, when it is a path of this site's), else ``default``."""
     target = request.POST.get("next") or ""
-    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+    if target.startswith("/") and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
                                                   require_https=request.is_secure()):
         return target
     return default
@@ -249,6 +249,9 @@ def page(policy: Policy, *, back: str | Callable | None = None):
                 return response
             try:
                 access_check(policy, request, kwargs)
+                if _form_holds_nul(request):
+                    raise Invalid("nul_byte", "A form field holds a NUL character; it is refused, never sanitised.",
+                                  status_code=400)
                 return view(request, **kwargs)
             except DomainError as exc:
                 refusal_audit(policy, exc, request, kwargs)
@@ -277,10 +280,18 @@ def refusal_answer_page(request, exc: DomainError, back: str) -> HttpResponse:
     return redirect(back)
 
 
+def _form_holds_nul(request) -> bool:
+    """Whether a page's posted form holds a NUL in a name or a value (refused whole by ``@page``)."""
+    return any("\x00" in name or any("\x00" in value for value in values) for name, values in request.POST.lists())
+
+
 def request_data(request):
-    """The request's decoded body (API or form), None when it does not decode: the view reports why."""
+    """The request's decoded body (API or form), None when it does not decode (a form holding a NUL
+    included): the view reports why."""
     try:
-        return request.data if isinstance(request, Request) else request.POST
+        if isinstance(request, Request):
+            return request.data
+        return None if _form_holds_nul(request) else request.POST
     except (exceptions.ParseError, exceptions.UnsupportedMediaType):
         return None
 

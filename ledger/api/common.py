@@ -3,7 +3,11 @@ their policies name (the subject an authorizer decides on, the workflows whose `
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
+from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound as NotFound_
 from rest_framework.generics import ListAPIView
@@ -21,14 +25,42 @@ class PolicyListApi(PolicyApi, ListAPIView):
     """A paginated, filtered list behind the same pipeline."""
 
 
+def _invalid_cursor() -> Invalid:
+    return Invalid("invalid_cursor", "The pagination cursor is not one this list gave out.", status_code=400)
+
+
 class StrictCursor(CursorPagination):
-    """A cursor that does not decode is 400 ``invalid_cursor`` (DRF answers 404)."""
+    """A cursor that does not decode, or whose position is not a value of the ordering's field (a forged
+    ``p``: text for a time, a number past the column, a NUL), is 400 ``invalid_cursor`` (DRF answers 404,
+    or the database's error a 500)."""
+
+    def paginate_queryset(self, queryset, request, view=None):
+        self.position_field = queryset.model._meta.get_field(self.ordering[0].lstrip("-"))
+        return super().paginate_queryset(queryset, request, view)
 
     def decode_cursor(self, request):
         try:
-            return super().decode_cursor(request)
+            cursor = super().decode_cursor(request)
         except NotFound_:
-            raise Invalid("invalid_cursor", "The pagination cursor is not one this list gave out.", status_code=400)
+            raise _invalid_cursor()
+        if cursor is not None and cursor.position is not None:
+            _position_check(self.position_field, cursor.position)
+        return cursor
+
+
+def _position_check(field, position: str) -> None:
+    """400 ``invalid_cursor`` unless ``position`` is a value of ``field`` the database can compare: within
+    the column's range, and a time with its zone that UTC can hold."""
+    if "\x00" in position:
+        raise _invalid_cursor()
+    try:
+        value = field.to_python(position)
+        field.run_validators(value)
+        comparable = not isinstance(value, datetime) or (timezone.is_aware(value) and bool(value.astimezone(UTC)))
+    except (DjangoValidationError, ValueError, TypeError, OverflowError):
+        comparable = False
+    if not comparable:
+        raise _invalid_cursor()
 
 
 class NewestFirstCursor(StrictCursor):
@@ -56,11 +88,35 @@ def body_of(request) -> dict:
 
 
 def validated(serializer_class, data) -> dict:
-    """``data`` (a JSON object) validated by an input serializer, or 422 ``validation_error`` with its errors."""
+    """``data`` (a JSON object) validated by an input serializer, or 422 ``validation_error`` with its errors.
+    A text field given anything but a string is refused, never converted (DRF turns 9 into "9")."""
     serializer = serializer_class(data=json_object(data))
+    not_text = dict(_not_strings(serializer, data, ""))
+    if not_text:
+        raise Invalid("validation_error", "Invalid input: a text field holds a value that is not a string.",
+                      errors=not_text)
     if not serializer.is_valid():
         raise Invalid("validation_error", "Invalid input.", errors=serializer.errors)
     return serializer.validated_data
+
+
+def _not_strings(field, value, where: str):
+    """(where, why) for each value under ``field`` that is not a string where the field takes text."""
+    if value is None:
+        return
+    if isinstance(field, serializers.CharField):  # (SlugField, RegexField, … too)
+        if not isinstance(value, str):
+            yield where, ["Must be a string."]
+    elif isinstance(field, (serializers.ListField, serializers.ListSerializer)) and isinstance(value, list):
+        for n, item in enumerate(value):
+            yield from _not_strings(field.child, item, f"{where}[{n}]")
+    elif isinstance(field, serializers.DictField) and isinstance(value, dict):
+        for key, item in value.items():
+            yield from _not_strings(field.child, item, f"{where}.{key}")
+    elif isinstance(field, serializers.Serializer) and isinstance(value, dict):
+        for name, child in field.fields.items():
+            if name in value and not child.read_only:
+                yield from _not_strings(child, value[name], f"{where}.{name}" if where else name)
 
 
 def run_get(run_id) -> Run:

@@ -97,9 +97,10 @@ class WorkflowApplyInputSerializer(serializers.Serializer):
                   "`agents`; an omitted field takes its default; a value of the wrong type is refused")
     dry_run = StrictBooleanField(required=False, default=False, help_text="answer the same, write nothing")
     prune = StrictBooleanField(required=False, default=False,
-                               help_text="archive the workflows apply wrote last that `workflows` does not name")
+                               help_text="archive the workflows the caller applied last that `workflows` does not "
+                                         "name")
     prune_all = StrictBooleanField(required=False, default=False,
-                                   help_text="archive every workflow `workflows` does not name")
+                                   help_text="archive every workflow the caller owns that `workflows` does not name")
 
 
 class FieldChangeSerializer(serializers.Serializer):

@@ -78,9 +78,10 @@ def lease_next(lease: tuple, kind: str, data) -> tuple:
 
 def run_replay(events: Iterable) -> dict:
     """What a run's events (in seq order) determine of its row: state, ended_reason, event_count,
-    last_hash, the lease (lease_owner, lease_holder_id, lease_id) and the goal version it moved to
+    last_hash, the lease (lease_owner, lease_holder_id, lease_id), whether it is staged (its first
+    decision says so: a dry run is always decided fresh / ``staged``) and the goal version it moved to
     (``goal_moved_to``: the last ``goal_changed``'s ``to``; absent when it never moved)."""
-    state, ended, count, last_hash, lease = "captured", "", 0, None, NO_LEASE
+    state, ended, count, last_hash, lease, staged = "captured", "", 0, None, NO_LEASE, None
     found: dict = {}
     for event in events:
         data = event.data if isinstance(event.data, dict) else {}
@@ -91,7 +92,10 @@ def run_replay(events: Iterable) -> dict:
                 ended = event.reason_code
         elif event.kind == "goal_changed":
             found["goal_moved_to"] = data.get("to")
+        elif event.kind == "decided" and staged is None:
+            staged = event.reason_code == "staged"
         lease = lease_next(lease, event.kind, data)
     owner, holder, lease_id = lease
     return {"state": state, "ended_reason": ended if state in TERMINAL_STATES else "", "event_count": count,
-            "last_hash": last_hash, "lease_owner": owner, "lease_holder_id": holder, "lease_id": lease_id, **found}
+            "last_hash": last_hash, "lease_owner": owner, "lease_holder_id": holder, "lease_id": lease_id,
+            "staged": bool(staged), **found}

@@ -19,17 +19,17 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger import authorizers
-from ledger.models import Workflow
+from ledger.models import AuditEntry, Workflow
 from ledger.services.audit import audit_record
 from ledger.services.workflows import (WRITABLE, definition_shape, policy_bump_audit, policy_version_require,
                                        schedules_sync, workflow_build, workflow_insert, workflow_validate)
 from stateboard.canonical import canonical_json, jsonb_float
 from stateboard.errors import DomainError, Invalid, ParseFailed, decode_json_body
-from stateboard.roles import actor_for
+from stateboard.roles import OWNER, actor_for, has_role
 
 SYSTEM_ACTOR = "system:apply"
 FILE_FIELDS = ("slug", "title", "owner", *(name for name in WRITABLE if name != "title"))
-PRUNE = ("", "apply", "all")  # none; the workflows apply wrote last; every workflow the file does not name
+PRUNE = ("", "apply", "all")  # none; what the same actor applied last; every workflow the caller owns
 
 
 @dataclass
@@ -58,7 +58,10 @@ def definition_of(workflow: Workflow, *, executors: bool = True) -> dict:
 
 class _FileDumper(yaml.SafeDumper):
     """Every string value double-quoted (``"1.10"`` stays a string); keys plain where YAML reads them back as
-    the same string."""
+    the same string; never an alias (``apply`` refuses them)."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
 
 
 def _quoted(dumper, value: str):
@@ -94,7 +97,15 @@ def file_form(workflows, *, executors: bool = True) -> str:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one mapping (the safe loader keeps the last)."""
+    """YAML's safe loader, refusing a key given twice in one mapping (the safe loader keeps the last) and any
+    alias (``*name``, ``<<: *name``): a few hundred bytes of nested aliases expand to billions of values."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.get_event()
+            raise yaml.composer.ComposerError(None, None, f"the alias *{event.anchor} is refused: a workflows "
+                                                          "file writes each value out", event.start_mark)
+        return super().compose_node(parent, index)
 
 
 def _unique_mapping(loader, node, deep=False):
@@ -183,7 +194,7 @@ def _refusal(workflow: str, exc: DomainError) -> dict:
 class _Plan:
     """The definitions checked against the stored workflows (locked): outcomes, errors, and what to write."""
 
-    def __init__(self, definitions, existing: dict[str, Workflow], owners: dict):
+    def __init__(self, definitions, existing: dict[str, Workflow], owners: dict[str, object | None]):
         self.outcomes: list[Outcome] = []
         self.errors: list[dict] = []
         self.writes: list[tuple[Outcome, Workflow, Workflow | None]] = []  # (outcome, desired, stored)
@@ -210,6 +221,9 @@ class _Plan:
             raise Invalid("validation_error", "owner must be a username (a string) or null.", errors={"owner": [""]})
         if owner_name is not None and owner_name not in owners:
             raise Invalid("unknown_owner", f"No user {owner_name!r}.", errors={"owner": ["unknown user"]})
+        if owner_name is not None and owners[owner_name] is None:
+            raise Invalid("unknown_owner", f"{owner_name!r} does not hold the owner role: a workflow's owner is "
+                                           "an owner.", errors={"owner": ["not an owner"]})
         desired = workflow_build(slug=definition.get("slug"), data=definition, owner=owners.get(owner_name))
         workflow_validate(desired)
         stored = existing.get(desired.slug)
@@ -229,15 +243,29 @@ class _Plan:
         if outcome.result != "unchanged":
             self.writes.append((outcome, desired, stored))
 
-    def prune(self, existing: dict[str, Workflow], prune: str) -> None:
+    def prune(self, existing: dict[str, Workflow], prune: str, *, user, actor: str) -> None:
+        """``apply``: archive what ``actor`` applied last (apply wrote it last, and the audit trail says by
+        them); ``all``: what ``user`` owns (the system actor: the workflows without an owner)."""
         named = {outcome.workflow for outcome in self.outcomes}
-        for slug, stored in sorted(existing.items()):
-            if slug in named or stored.archived_at is not None or not prune:
-                continue
-            if prune == "all" or stored.written_by_apply:
+        candidates = {slug: stored for slug, stored in existing.items()
+                      if slug not in named and stored.archived_at is None and prune}
+        appliers = _last_appliers(candidates) if prune == "apply" else {}
+        owner_id = user.pk if user is not None else None
+        for slug, stored in sorted(candidates.items()):
+            if prune == "all":
+                mine = stored.owner_id == owner_id
+            else:
+                mine = stored.written_by_apply and appliers.get(slug) == actor
+            if mine:
                 outcome = Outcome(slug, "archived")
                 self.outcomes.append(outcome)
                 self.writes.append((outcome, stored, stored))
+
+
+def _last_appliers(slugs) -> dict[str, str]:
+    """Who wrote each workflow last through apply: the actor of its latest ``workflow_apply`` audit entry."""
+    entries = AuditEntry.objects.filter(action="workflow_apply", outcome="done", target__in=list(slugs))
+    return dict(entries.order_by("at", "id").values_list("target", "actor"))
 
 
 def _write(outcome: Outcome, desired: Workflow, stored: Workflow | None, *, user, actor: str, now) -> bool:
@@ -266,8 +294,8 @@ def workflows_apply(*, definitions, user=None, dry_run: bool = False, prune: str
     """Make the workflows match ``definitions``, all or nothing; answers per workflow what changed.
 
     ``user``: the acting owner (None: the system actor ``system:apply``, for the command without ``--as``).
-    ``prune``: "apply" archives the workflows apply wrote last that the definitions do not name, "all" every
-    one they do not name; nothing is ever deleted. A refusal raises the first error's code and status with
+    ``prune``: "apply" archives the workflows the same actor applied last that the definitions do not name,
+    "all" every one the caller owns that they do not name; nothing is ever deleted. A refusal raises the first error's code and status with
     ``errors``: every one, each with its workflow and field. ``dry_run``: the same answer, nothing written.
     """
     if user is not None:
@@ -280,14 +308,15 @@ def workflows_apply(*, definitions, user=None, dry_run: bool = False, prune: str
     with transaction.atomic():
         existing = {w.slug: w for w in Workflow.objects.select_for_update(of=("self",)).select_related("owner")}
         names = {d.get("owner") for d in definitions if isinstance(d, dict) and isinstance(d.get("owner"), str)}
-        owners = {u.get_username(): u for u in get_user_model().objects.filter(username__in=names)}
+        users = get_user_model().objects.filter(username__in=names)
+        owners = {u.get_username(): u if has_role(u, OWNER) else None for u in users}  # None: not an owner
         plan = _Plan(definitions, existing, owners)
         if plan.errors:
             first = plan.errors[0]
             raise DomainError(first["code"], f"{len(plan.errors)} definition(s) refused; nothing applied. "
                                              f"{first['workflow']}: {first['detail']}",
                               status_code=first["status"], errors=plan.errors)
-        plan.prune(existing, prune)
+        plan.prune(existing, prune, user=user, actor=actor)
         if dry_run:
             return plan.outcomes
         now = timezone.now()

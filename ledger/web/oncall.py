@@ -10,7 +10,7 @@ from django_htmx.http import trigger_client_event
 
 from ledger import authorizers, selectors, services
 from ledger.web import preview
-from ledger.web.forms import BulkActionForm, PreviewForm, ReasonForm, RequiredReasonForm
+from ledger.web.forms import BULK_ACTIONS, BulkActionForm, PreviewForm, ReasonForm, RequiredReasonForm
 from ledger.models import Run
 from ledger.web.common import form_checked
 from stateboard.errors import DomainError
@@ -134,7 +134,8 @@ run_abandon = _oncall_view("abandon")
 @page(Policy(roles=ANY))
 def oncall_bulk(request):
     """One POST for the selected runs of the filtered set; each run is decided on its own."""
-    action = request.POST.get("action", "")[:40] or "bulk"
+    action = request.POST.get("action", "")
+    action = action if action in dict(BULK_ACTIONS) else "bulk"  # (the form says why another is refused)
     bulk = Policy(roles=ANY, rate=None, audit=f"bulk_{action}", audit_all=True)  # (counted by the outer policy)
     return page(bulk, back=_oncall_back)(_oncall_bulk)(request, action=action)
 

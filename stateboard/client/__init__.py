@@ -19,10 +19,11 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
-__all__ = ["Client", "Run", "StageHandle", "StateboardError", "StateboardUnavailable"]
+__all__ = ["Client", "Run", "StageHandle", "StateboardError", "StateboardInvalid", "StateboardUnavailable"]
 
 API = "/api/v1"
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
@@ -41,6 +42,23 @@ class StateboardError(Exception):
 
 class StateboardUnavailable(StateboardError):
     """No answer after every retry (status 0, code ``unreachable``); the cause is chained."""
+
+
+class StateboardInvalid(StateboardError, ValueError):
+    """An argument refused before anything is sent (status 0), e.g. ``invalid_run_id``."""
+
+
+def api_path(*segments: Any) -> str:
+    """An API path from its segments, each quoted whole: a segment never adds a path, a query or a fragment."""
+    return "".join(f"/{quote(str(segment), safe='')}" for segment in segments) + "/"
+
+
+def run_id_of(value: Any) -> str:
+    """A run id as the API writes it, or ``StateboardInvalid`` (``invalid_run_id``) when it is no UUID."""
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise StateboardInvalid(0, "invalid_run_id", f"A run id is a UUID, not {str(value)[:80]!r}.") from None
 
 
 class Client:
@@ -145,7 +163,7 @@ class Client:
         return Run.from_body(self, response.json())
 
     def run(self, id: str) -> Run:
-        return Run.from_body(self, self.get(f"/runs/{id}/"))
+        return Run.from_body(self, self.get(api_path("runs", run_id_of(id))))
 
     def runs(self, **filters: Any) -> list[dict]:
         return self.get_all("/runs/", **filters)
@@ -153,7 +171,7 @@ class Client:
     def workflow(self, slug: str, *, fresh: bool = False) -> dict:
         """The workflow definition, fetched once and cached."""
         if fresh or slug not in self._workflows:
-            self._workflows[slug] = self.get(f"/workflows/{slug}/")
+            self._workflows[slug] = self.get(api_path("workflows", slug))
         return self._workflows[slug]
 
     def effects(self, **filters: Any) -> list[dict]:
@@ -176,7 +194,7 @@ class Client:
                                 "acceptance": list(acceptance), "change": change}
         if objective is not None:
             body["objective"] = objective
-        return self.post(f"/workflows/{workflow}/goals/", body, idempotent=False)
+        return self.post(api_path("workflows", workflow, "goals"), body, idempotent=False)
 
     def notifications(self, unread: bool = False) -> list[dict]:
         """The caller's notifications, newest first."""
@@ -216,7 +234,7 @@ class Run:
 
     @classmethod
     def from_body(cls, client: Client, body: dict) -> Run:
-        run = cls(client=client, id=str(body["id"]), state="", decision={}, staged=False, workflow="",
+        run = cls(client=client, id=run_id_of(body["id"]), state="", decision={}, staged=False, workflow="",
                   intent="", current_stage="", lease=None, raw={})
         run._load(body)
         return run
@@ -250,7 +268,7 @@ class Run:
         return stages[stages.index(start):] if start else []
 
     def refresh(self) -> Run:
-        self._load(self.client.get(f"/runs/{self.id}/"))
+        self._load(self.client.get(api_path("runs", self.id)))
         return self
 
     # ------------------------------------------------------------ events
@@ -266,7 +284,7 @@ class Run:
 
     def event(self, stage: str, kind: str, **fields: Any) -> dict:
         """Append one event (its own ``client_event_id``; a resend after a lost answer reuses it)."""
-        return self.client.post(f"/runs/{self.id}/events/", self._event_body(stage, kind, fields))
+        return self.client.post(api_path("runs", self.id, "events"), self._event_body(stage, kind, fields))
 
     def events(self, items: Iterable[Mapping[str, Any]]) -> list[dict]:
         """Append events in order, as one batch when the server takes arrays, else one by one."""
@@ -277,13 +295,13 @@ class Run:
         if not bodies:
             return []
         try:
-            return self.client.post(f"/runs/{self.id}/events/", bodies)
+            return self.client.post(api_path("runs", self.id, "events"), bodies)
         except StateboardError as exc:
             shape = (exc.status in (400, 422) and exc.code in BODY_SHAPE_CODES
                      and not (isinstance(exc.body, dict) and "index" in exc.body))
             if not shape:
                 raise
-        return [self.client.post(f"/runs/{self.id}/events/", body) for body in bodies]
+        return [self.client.post(api_path("runs", self.id, "events"), body) for body in bodies]
 
     def stage(self, name: str, **started_fields: Any) -> StageHandle:
         """Context manager: ``started``, then ``succeeded``; ``failed``/``unknown`` on an exception."""
@@ -307,19 +325,20 @@ class Run:
     # ------------------------------------------------------------ other run actions
 
     def resume_packet(self, budget_tokens: int = 2000) -> dict:
-        return self.client.get(f"/runs/{self.id}/resume-packet/", budget_tokens=budget_tokens)
+        return self.client.get(api_path("runs", self.id, "resume-packet"), budget_tokens=budget_tokens)
 
     def checkpoint(self, **payload: Any) -> dict:
         """Save a richer checkpoint (whitelisted payload, at most 64 KiB)."""
-        return self.client.post(f"/runs/{self.id}/checkpoints/", payload)  # saved twice is harmless
+        return self.client.post(api_path("runs", self.id, "checkpoints"), payload)  # saved twice is harmless
 
     def request_approval(self, stage: str, action: Mapping[str, Any], kind: str = "high_impact") -> dict:
         """Ask an editor for a permit; the run waits in ``awaiting_approval``."""
-        return self.client.post(f"/runs/{self.id}/approvals/", {"kind": kind, "stage": stage, "action": dict(action)})
+        return self.client.post(api_path("runs", self.id, "approvals"),
+                                {"kind": kind, "stage": stage, "action": dict(action)})
 
     def rollback(self, to_stage: str, reason: str, compensate: bool = False) -> Run:
         """Roll the run back to ``to_stage`` (on-call, owner); the run is decided again."""
-        self._load(self.client.post(f"/runs/{self.id}/rollback/",
+        self._load(self.client.post(api_path("runs", self.id, "rollback"),
                                     {"to_stage": to_stage, "reason": reason, "compensate": compensate},
                                     idempotent=False))
         return self

@@ -42,9 +42,10 @@ def test_apply_api_creates_changes_and_answers_per_workflow(owner):
 
 
 def test_apply_api_dry_run_and_prune(owner):
-    _, client = owner
+    user, client = owner
     client.post(URL, {"workflows": [DEFINITION, {"slug": "old"}]}, format="json")
-    make_workflow(slug="by-api")
+    make_workflow(slug="by-api", owner=user)
+    make_workflow(slug="not-mine", owner=make_operator("owner")[0])
     dry = client.post(URL, {"workflows": [DEFINITION], "prune": True, "dry_run": True}, format="json").json()
     assert dry == {"dry_run": True, "results": [{"workflow": "hello", "result": "unchanged", "changes": {}},
                                                 {"workflow": "old", "result": "archived", "changes": {}}]}
@@ -54,7 +55,8 @@ def test_apply_api_dry_run_and_prune(owner):
     assert Workflow.objects.get(slug="old").archived_at is not None
     assert Workflow.objects.get(slug="by-api").archived_at is None
     everything = client.post(URL, {"workflows": [], "prune_all": True}, format="json").json()
-    assert [(r["workflow"], r["result"]) for r in everything["results"]] == [("by-api", "archived"), ("hello", "archived")]
+    assert [(r["workflow"], r["result"]) for r in everything["results"]] == [("by-api", "archived")]  # the caller's
+    assert not Workflow.objects.filter(slug__in=["hello", "not-mine"], archived_at__isnull=False).exists()
     restored = client.post(URL, {"workflows": [{"slug": "old"}]}, format="json").json()
     assert restored["results"] == [{"workflow": "old", "result": "restored", "changes": {}}]
 
@@ -140,7 +142,7 @@ def test_workflow_page_query_count_does_not_grow_with_the_definition():
 
 def test_workflow_page_says_an_archived_workflow_is_archived(owner):
     _, client = owner
-    make_workflow(slug="gone")
+    make_workflow(slug="gone", owner=owner[0])
     client.post(URL, {"workflows": [], "prune_all": True}, format="json")
     viewer, _ = login("viewer")
     page = viewer.get(reverse("ledger:workflow_detail", args=["gone"])).content.decode()

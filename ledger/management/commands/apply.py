@@ -19,8 +19,11 @@ class Command(BaseCommand):
         parser.add_argument("--dry-run", action="store_true", help="print what would change, write nothing")
         prune = parser.add_mutually_exclusive_group()
         prune.add_argument("--prune", action="store_true",
-                           help="archive the workflows apply wrote last that the file does not name")
-        prune.add_argument("--prune-all", action="store_true", help="archive every workflow the file does not name")
+                           help="archive the workflows this actor (--as USER, else system:apply) applied last that "
+                                "the file does not name")
+        prune.add_argument("--prune-all", action="store_true",
+                           help="archive every workflow this actor owns (system:apply: those without an owner) that "
+                                "the file does not name")
         parser.add_argument("--as", dest="as_user", metavar="USER", help="act as this owner (default: system:apply)")
 
     def handle(self, *args, file, dry_run, prune, prune_all, as_user=None, **options):

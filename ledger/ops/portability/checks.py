@@ -63,7 +63,7 @@ def _run_fields(number: int, run, events: list, workflow, goal_versions: list) -
     events = sorted(events, key=lambda e: e.seq)
     determined = run_replay(events)
     if not events:
-        determined["last_hash"] = run.last_hash
+        determined.update(last_hash=run.last_hash, staged=run.staged)
     moved_to = determined.pop("goal_moved_to", _UNMOVED)
     first_fp = events[0].input_fingerprint if events else run.input_fingerprint
     goal = moved_to if moved_to is not _UNMOVED else next(

@@ -13,10 +13,10 @@ import json
 from collections import defaultdict
 
 from django.core.management.color import no_style
-from django.db import IntegrityError, connection, transaction
+from django.db import DataError, IntegrityError, connection, transaction
 
 from knowledge.models import Claim
-from ledger.models import AuditEntry, EffectKey, Goal, Run, Workflow
+from ledger.models import AuditEntry, EffectKey, Goal, Run, SavedView, Workflow
 import ledger.ops.portability.checks as checks
 import ledger.ops.portability.signing as signing
 from ledger.ops.portability.export import FORMAT
@@ -48,7 +48,7 @@ def _parsed(number: int, raw: bytes) -> dict:
 
 
 def _target_empty() -> None:
-    for model in (Workflow, Run, EffectKey, Claim, Goal, AuditEntry, User):
+    for model in (Workflow, Run, EffectKey, Claim, Goal, AuditEntry, SavedView, User):
         if model.objects.exists():
             raise ImportRefused(f"the database is not empty ({model._meta.verbose_name_plural} exist): "
                                 "import_ledger loads into an empty database only")
@@ -88,7 +88,7 @@ def import_file(data: bytes, *, trust_unsigned: bool = False) -> dict:
         if line_type == "event" and "intent" not in obj:  # files from before events carried it
             obj["intent"] = run_intents.get(obj.get("run_id"), "")
         try:
-            row = row_from_line(line_type, obj)
+            row = row_from_line(line_type, obj, escaped=b"\\u" in raw)
         except LineInvalid as exc:
             raise ImportRefused(f"line {number} ({line_type}): {exc}")
         rows[line_type].append((number, row, obj))
@@ -139,7 +139,7 @@ def _insert_rows(rows: dict) -> dict:
                     EffectKey.objects.bulk_create([EffectKey(idempotency_key=row.idempotency_key, intent=row.intent)
                                                    for _, row, _ in found], batch_size=2000)
                 model.objects.bulk_create([row for _, row, _ in found], batch_size=2000)
-        except IntegrityError as exc:
+        except (IntegrityError, DataError) as exc:  # (DataError: a value the checks of each line let through)
             raise ImportRefused(f"{line_type}: the rows do not fit together ({str(exc).splitlines()[0][:200]})")
         if line_type == "user":
             for _, user, line in found:
