@@ -15,6 +15,9 @@ ledger app at start-up.
 from __future__ import annotations
 
 import functools
+import hashlib
+import logging
+import time
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -36,6 +39,8 @@ from stateboard.roles import ANY, PUBLIC, has_role, is_agent
 
 __all__ = ["ANY", "PUBLIC", "Policy", "PolicyApi", "page", "policy_of", "rate_limits"]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -47,8 +52,10 @@ class Policy:
     hold the run's lease (checked by the service under the run's lock, after a repeated
     ``client_event_id``). ``agents(request, kwargs)``: the allow-lists (lists of agent names, empty =
     every agent) of the workflows the request acts on. ``rate``: the ``API_RATE_LIMITS`` class that
-    counts it ("identity": agent/human/anon by who calls; None: exempt). ``audit``: the action name a
-    refusal is recorded under (None: not audited); ``audit_all``: conflicts and validation errors too,
+    counts it ("identity": agent/human/anon by who calls; None: exempt); ``rate_keys(request)``: the
+    identities it is counted per, each against the whole rate (sign-in: the user name and the client
+    address); None: the caller. ``audit``: the action name a refusal is recorded under (None: not
+    audited; with ``rate_keys``, each lockout too); ``audit_all``: conflicts and validation errors too,
     not only refusals of who may act. ``authentication``: the authenticator classes that say who calls
     (a request signature instead of a token: the Slack callback); None: the API's tokens and sessions."""
 
@@ -58,6 +65,7 @@ class Policy:
     run_scope: Literal["none", "holder"] = "none"
     agents: Callable | None = None
     rate: str | None = "identity"
+    rate_keys: Callable | None = None
     audit: str | None = None
     audit_all: bool = False
     authentication: tuple[type, ...] | None = None
@@ -92,17 +100,41 @@ def _parsed_limits(text: str) -> dict[str, str]:
     return limits
 
 
+def client_address(request) -> str:
+    """The caller's address: the socket's (``REMOTE_ADDR``), unless ``NUM_PROXIES`` trusted proxies stand in
+    front: then the N-th entry from the right of ``X-Forwarded-For``, the one the outermost trusted proxy
+    wrote (what a client sends there itself stays left of it, never read)."""
+    proxies = int(getattr(settings, "NUM_PROXIES", 0) or 0)
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR")
+    if proxies <= 0 or not forwarded:
+        return request.META.get("REMOTE_ADDR") or ""
+    hops = forwarded.split(",")
+    return hops[-min(proxies, len(hops))].strip()[:100]
+
+
+# Rate classes that fall back to another's rate when API_RATE_LIMITS does not name them.
+RATE_FALLBACK = {"login": "anon"}
+
+
 class PolicyThrottle(SimpleRateThrottle):
-    """Counts a request against its class's rate, per identity (anonymous: per client address), in the
-    default cache (Redis when ``REDIS_URL`` is set, else per process)."""
+    """Counts a request against its class's rate, per identity (anonymous: per client address; or per
+    the policy's ``rate_keys``), in the default cache (Redis when ``REDIS_URL`` is set, else per process)."""
 
     cache = cache
 
-    def __init__(self, rate_class: str, rate: str):
-        self.scope, self.rate = rate_class, rate
+    def __init__(self, rate_class: str, rate: str, key: str | None = None):
+        self.scope, self.rate, self.key = rate_class, rate, key
         self.num_requests, self.duration = self.parse_rate(rate)
 
+    def get_ident(self, request):
+        return client_address(request)
+
+    def key_of(self, request) -> str:
+        return self.get_cache_key(request, None)
+
     def get_cache_key(self, request, view):
+        if self.key is not None:  # a key the request chose (a user name): hashed, any length or character
+            return f"stateboard:throttle:{self.scope}:{hashlib.sha256(self.key.encode()).hexdigest()[:40]}"
         user = request.user
         ident = f"user:{user.pk}" if user is not None and user.is_authenticated else f"addr:{self.get_ident(request)}"
         return f"stateboard:throttle:{self.scope}:{ident}"
@@ -117,24 +149,94 @@ def rate_class_of(policy: Policy, user) -> str | None:
 
 
 THROTTLED_COUNTER = "stateboard:throttled_total"
+LIMITER_RETRY_SECONDS = 5  # after the cache failed, requests pass uncounted this long before it is tried again
+
+
+class Limiter:
+    """Whether the rate limiter's cache can count. It fails open: when the cache cannot be reached, the
+    request is let through, one warning is logged per outage, and ``/healthz`` says so."""
+
+    down_since: float | None = None
+    retry_at: float = 0.0
+    error: str = ""
+
+    @classmethod
+    def available(cls) -> bool:
+        return cls.down_since is None or time.monotonic() >= cls.retry_at
+
+    @classmethod
+    def failed(cls, exc: Exception) -> None:
+        now = time.monotonic()
+        cls.error, cls.retry_at = f"{type(exc).__name__}: {exc}"[:200], now + LIMITER_RETRY_SECONDS
+        if cls.down_since is None:
+            cls.down_since = now
+            log.warning("Rate limits are not enforced: their cache cannot be reached (%s); requests pass "
+                        "uncounted until it answers.", cls.error)
+
+    @classmethod
+    def answered(cls) -> None:
+        if cls.down_since is not None:
+            log.warning("Rate limits are enforced again: their cache answers (it was unreachable for %.0f s).",
+                        time.monotonic() - cls.down_since)
+            cls.down_since, cls.error = None, ""
+
+
+def limiter_status() -> str:
+    """"ok", or why requests are let through uncounted (for ``/healthz``); the cache is asked."""
+    try:
+        cache.get(THROTTLED_COUNTER)
+    except Exception as exc:  # any cache client error means it cannot count
+        Limiter.failed(exc)
+        return f"unavailable, requests pass uncounted: {Limiter.error}"
+    Limiter.answered()
+    return "ok"
 
 
 def throttle_check(policy: Policy, request) -> None:
-    """Raise ``Throttled`` (429 ``throttled`` with ``Retry-After``) when the request's class is over its rate."""
+    """Raise ``Throttled`` (429 ``throttled`` with ``Retry-After``) when the request's class is over its
+    rate for any of its keys; a key's first refusal in its window is a lockout, audited when the policy
+    names an ``audit`` action. A cache that cannot count lets the request through (``Limiter``)."""
     rate_class = rate_class_of(policy, request.user)
-    rate = rate_limits().get(rate_class) if rate_class else None
-    if not rate:
+    limits = rate_limits()
+    rate = (limits.get(rate_class) or limits.get(RATE_FALLBACK.get(rate_class, ""))) if rate_class else None
+    if not rate or not Limiter.available():
         return
-    throttle = PolicyThrottle(rate_class, rate)
-    if not throttle.allow_request(request, None):
-        cache.add(THROTTLED_COUNTER, 0, None)  # (add and incr are atomic in Redis)
-        cache.incr(THROTTLED_COUNTER)
-        raise exceptions.Throttled(wait=throttle.wait())
+    keys = policy.rate_keys(request) if policy.rate_keys is not None else [None]
+    try:
+        refused = _first_over_rate(rate_class, rate, keys, request)
+    except Exception as exc:  # the cache cannot be reached: fail open
+        Limiter.failed(exc)
+        return
+    Limiter.answered()
+    if refused is not None:
+        key, wait, locked_now = refused
+        if locked_now and policy.audit:
+            lockout_audit(policy, request, key)
+        raise exceptions.Throttled(wait=wait)
 
 
-def throttled_total() -> int:
-    """Requests answered 429 so far (in the shared cache: across processes when Redis is configured)."""
-    return int(cache.get(THROTTLED_COUNTER) or 0)
+def _first_over_rate(rate_class: str, rate: str, keys, request):
+    """Count the request under each key; (key, wait, whether this starts the key's lockout) of the first
+    key over its rate, else None."""
+    for key in keys:
+        throttle = PolicyThrottle(rate_class, rate, key)
+        if not throttle.allow_request(request, None):
+            cache.add(THROTTLED_COUNTER, 0, None)  # (add and incr are atomic in Redis)
+            cache.incr(THROTTLED_COUNTER)
+            wait = throttle.wait()
+            locked_now = key is not None and cache.add(f"{throttle.key_of(request)}:locked", 1, int(wait or 1) + 1)
+            return key, wait, locked_now
+    return None
+
+
+def throttled_total() -> int | None:
+    """Requests answered 429 so far (in the shared cache: across processes when Redis is configured);
+    None when the cache cannot be read."""
+    try:
+        return int(cache.get(THROTTLED_COUNTER) or 0)
+    except Exception as exc:
+        Limiter.failed(exc)
+        return None
 
 
 def access_check(policy: Policy, request, kwargs: dict) -> None:
@@ -155,7 +257,7 @@ def access_check(policy: Policy, request, kwargs: dict) -> None:
 
 # ---------------------------------------------------------------- the refusals' audit (a port)
 
-def _no_recorder(user, *, action: str, code: str, request, kwargs: dict, errors=None) -> None:
+def _no_recorder(user, *, action: str, code: str, request, kwargs: dict, errors=None, actor: str = "") -> None:
     raise RuntimeError("No refusal recorder is wired (the ledger app sets stateboard.policy.refusal_recorder).")
 
 
@@ -170,6 +272,14 @@ def refusal_audit(policy: Policy | None, exc: Exception, request, kwargs: dict) 
     if isinstance(exc, Refused) or (policy.audit_all and isinstance(exc, DomainError)):
         refusal_recorder(request.user, action=policy.audit, code=exc.code, request=request, kwargs=kwargs,
                          errors=exc.extra.get("errors") if isinstance(exc, DomainError) else None)
+
+
+def lockout_audit(policy: Policy, request, key: str) -> None:
+    """Record that ``key`` (a user name, a client address) is locked out of ``policy``'s action for the
+    rest of its rate's window (once per lockout; the refused attempts themselves are not recorded)."""
+    user = request.user if request.user.is_authenticated else None
+    refusal_recorder(user, action=policy.audit, code="locked_out", request=request, kwargs={"key": key},
+                     actor="" if user is not None else f"anonymous:{client_address(request)}")
 
 
 # ---------------------------------------------------------------- the pipeline for API views

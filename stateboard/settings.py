@@ -24,7 +24,7 @@ ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,1
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "stateboard.admin_apps.StateboardAdminConfig",  # django.contrib.admin, its pages behind the policy pipeline
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -194,11 +194,18 @@ SPECTACULAR_SETTINGS = {
 # Celery: Redis in production; a file-system broker (no server) by default.
 REDIS_URL = os.environ.get("REDIS_URL", "")
 # The rate limits' counters (stateboard.policy): shared in Redis when there is one, else per process.
+# A Redis that does not answer costs a request at most a second: the limiter then lets requests through.
 CACHES = {"default": ({"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                       "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "stateboard")}
+                       "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "stateboard"),
+                       "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}}
                       if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"})}
-# Requests per identity class: "agent=600/minute,human=120/minute,anon=60/minute" (unset: no limit).
+# Requests per identity class: "agent=600/minute,human=120/minute,anon=60/minute" (unset: no limit);
+# sign-in attempts per user name and per address: "login=10/minute" (unnamed: anon's rate).
 API_RATE_LIMITS = os.environ.get("API_RATE_LIMITS", "")
+# Trusted proxies in front of the app: the client address is read from X-Forwarded-For only past them
+# (0: the socket's address; a client's own X-Forwarded-For is never believed).
+NUM_PROXIES = int(os.environ.get("NUM_PROXIES", "0"))
+REST_FRAMEWORK["NUM_PROXIES"] = NUM_PROXIES
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
 if CELERY_BROKER_URL == "filesystem://":
     _broker_dir = VAR_DIR / "broker"

@@ -10,6 +10,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from stateboard.celery import app
+from stateboard.policy import limiter_status, rate_limits
 
 
 def _database_ok() -> tuple[bool, str]:
@@ -49,11 +50,15 @@ def _broker_ok() -> tuple[bool, str]:
 
 @require_GET
 def healthz(request):
-    """Public: 200 when the database and the broker answer, else 503."""
+    """Public: 200 when the database and the broker answer, else 503. With rate limits configured,
+    ``rate_limiter`` says whether they are counted (a limiter that cannot count lets requests through:
+    the service is degraded, not down)."""
     db_ok, db_detail = _database_ok()
     broker_ok, broker_detail = _broker_ok()
     ok = db_ok and broker_ok
     body = {"status": "ok" if ok else "unavailable", "database": db_detail, "broker": broker_detail}
+    if rate_limits():
+        body["rate_limiter"] = limiter_status()
     if not ok:
         body["code"] = "unhealthy"
     return JsonResponse(body, status=200 if ok else 503)
