@@ -80,23 +80,33 @@ TEMPLATES = [
     },
 ]
 
+DB_CONNECT_TIMEOUT = 5  # seconds to open a PostgreSQL connection (a host that does not answer)
+
+
+def database_config(url: str, *, pool: bool = True) -> dict:
+    """The database a DATABASE_URL names. PostgreSQL: no JIT, a bounded connect time, and a connection
+    checked before it is handed out (so one a server restart killed is replaced, never used): from
+    psycopg's pool (``pool``), else kept by each thread between requests."""
+    config = dj_database_url.parse(url, conn_max_age=0)
+    config["CONN_HEALTH_CHECKS"] = True  # (with the pool: psycopg_pool's check on every getconn)
+    if config["ENGINE"] != "django.db.backends.postgresql":
+        config["CONN_MAX_AGE"] = int(os.environ.get("DB_CONN_MAX_AGE", "60"))
+        return config
+    options = config.setdefault("OPTIONS", {})
+    # No JIT: on the partitioned ledger's plans it compiled for seconds what runs in milliseconds.
+    options["options"] = f"{options.get('options', '')} -c jit=off".strip()
+    options.setdefault("connect_timeout", DB_CONNECT_TIMEOUT)
+    if pool:
+        # psycopg 3 pool: Django refuses persistent connections (CONN_MAX_AGE) alongside it.
+        options["pool"] = {"min_size": 1, "max_size": int(os.environ.get("DB_POOL_MAX", "10"))}
+    else:
+        config["CONN_MAX_AGE"] = int(os.environ.get("DB_CONN_MAX_AGE", "60"))
+    return config
+
+
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
-    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        # No JIT: on the partitioned ledger's plans it compiled for seconds what runs in milliseconds.
-        options = DATABASES["default"].setdefault("OPTIONS", {})
-        options["options"] = f"{options.get('options', '')} -c jit=off".strip()
-    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool("DB_POOL", True):
-        # psycopg 3 pool: Django refuses persistent connections (CONN_MAX_AGE) alongside it.
-        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-            "min_size": 1,
-            "max_size": int(os.environ.get("DB_POOL_MAX", "10")),
-        }
-    else:
-        # Without the pool, each web thread keeps its connection between requests (checked before reuse).
-        DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("DB_CONN_MAX_AGE", "60"))
-        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    DATABASES = {"default": database_config(DATABASE_URL, pool=env_bool("DB_POOL", True))}
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {

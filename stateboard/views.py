@@ -13,10 +13,22 @@ from stateboard.celery import app
 from stateboard.policy import limiter_status, rate_limits
 
 
+HEALTH_DATABASE_TIMEOUT = 3  # seconds: a database that does not answer is reported, not waited for
+
+
 def _database_ok() -> tuple[bool, str]:
+    """``SELECT 1`` on a pooled connection taken with a short timeout (not the pool's 30 s a request may
+    wait), else on the request's connection (whose connect time is bounded by ``connect_timeout``)."""
+    pool = getattr(connection, "pool", None)
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
+        if pool is not None and connection.connection is None:
+            if not pool._opened:  # (as Django opens it, on first use)
+                pool.open()
+            with pool.connection(timeout=HEALTH_DATABASE_TIMEOUT) as conn:
+                conn.execute("SELECT 1")
+        else:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
         return True, "ok"
     except Exception as exc:  # any driver error means unreachable
         return False, f"{type(exc).__name__}: {exc}"[:200]
