@@ -14,7 +14,7 @@ from ledger.filters import OncallRunFilter, RunFilter, id_prefix_q
 from ledger.models import (HOLDING_STATES, STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
                            Notification, ReplayEval, Run, Workflow)
 from ledger.store import store
-from stateboard.policy import rate_limits, throttled_total
+from stateboard.limits import rate_limits, throttled_total
 from stateboard.stats import percentile
 
 

@@ -10,7 +10,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from stateboard.celery import app
-from stateboard.policy import limiter_status, rate_limits
+from stateboard.limits import limiter_status, rate_limits
 
 
 HEALTH_DATABASE_TIMEOUT = 3  # seconds: a database that does not answer is reported, not waited for

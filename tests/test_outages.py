@@ -6,7 +6,7 @@ import logging
 import pytest
 from django.test import override_settings
 
-from stateboard import policy
+from stateboard import limits
 from tests.factories import client_for, login, make_agent
 from tests.outage_servers import OwnRedis
 
@@ -21,7 +21,7 @@ def own_redis():
     server.start()
     yield server
     server.stop()
-    policy.Limiter.down_since, policy.Limiter.retry_at, policy.Limiter.error = None, 0.0, ""
+    limits.Limiter.down_since, limits.Limiter.retry_at, limits.Limiter.error = None, 0.0, ""
 
 
 def _cache_at(url: str) -> dict:
@@ -40,11 +40,11 @@ def test_a_redis_outage_lets_requests_through_and_says_so(own_redis, caplog):
         assert agent.get("/api/v1/runs/").status_code == 200
         assert client_for(None).get("/healthz").json()["rate_limiter"] == "ok"
         own_redis.stop()
-        with caplog.at_level(logging.WARNING, logger="stateboard.policy"):
+        with caplog.at_level(logging.WARNING, logger="stateboard.limits"):
             assert agent.get("/api/v1/runs/").status_code == 200
             assert person.get("/").status_code == 200
             assert agent.get("/api/v1/runs/").status_code == 200
-        warnings = [r for r in caplog.records if r.name == "stateboard.policy"]
+        warnings = [r for r in caplog.records if r.name == "stateboard.limits"]
         assert len(warnings) == 1 and "not enforced" in warnings[0].getMessage()  # one line per outage
         health = client_for(None).get("/healthz")
         assert health.status_code == 200 and health.json()["rate_limiter"].startswith("unavailable")
@@ -54,7 +54,7 @@ def test_a_redis_outage_lets_requests_through_and_says_so(own_redis, caplog):
         assert "stateboard_rate_limiter_up 0" in text and "stateboard_open_approvals" in text
         assert "stateboard_throttled_total" not in text  # not readable: left out, never a made-up 0
         own_redis.start()
-        policy.Limiter.retry_at = 0.0  # (the limiter retries its cache after LIMITER_RETRY_SECONDS; not waited here)
+        limits.Limiter.retry_at = 0.0  # (the limiter retries its cache after LIMITER_RETRY_SECONDS; not waited here)
         assert client_for(None).get("/healthz").json()["rate_limiter"] == "ok"
         assert "stateboard_rate_limiter_up 1" in client_for(None).get("/metrics").content.decode()
 
