@@ -12,7 +12,7 @@ def sign_in_keys(request) -> list[str]:
     form counts nowhere."""
     if request.method != "POST":
         return []
-    name = request.POST.get("username", "")
+    name = "".join(ch for ch in request.POST.get("username", "") if ch.isprintable())  # (no NUL in the audit)
     return [f"address:{client_address(request)}", f"name:{name.strip().casefold()[:150]}"]
 
 

@@ -109,6 +109,17 @@ def test_sign_in_is_limited_per_address_whatever_the_names():
     assert response.status_code == 302 and signed_in(client)
 
 
+@override_settings(API_RATE_LIMITS="login=2/minute")
+def test_a_hostile_user_name_is_locked_out_like_any_other():
+    """A NUL, control characters or 10,000 characters in the name: counted, locked out and audited
+    (printable, bounded), never a 500."""
+    for name in ("ev\x00il", "\x01\x02" + "x" * 10_000):
+        answers = [sign_in(name, "wrong", fresh_address())[0].status_code for _ in range(3)]
+        assert answers == [200, 200, 429]
+    targets = list(AuditEntry.objects.filter(action="sign_in", code="locked_out").values_list("target", flat=True))
+    assert sorted(targets) == sorted(["name:evil", "name:" + "x" * 150])
+
+
 @override_settings(API_RATE_LIMITS="agent=600/minute,human=120/minute,anon=60/minute")
 def test_with_rate_limits_on_sixty_wrong_passwords_lock_the_name_out():
     """The reported attack, with API_RATE_LIMITS naming no `login` class: sign-in gets anon's rate."""
