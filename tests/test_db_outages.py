@@ -43,17 +43,20 @@ def own_postgres(django_db_setup, django_db_blocker):
     if not source["ENGINE"].endswith("postgresql"):
         pytest.skip("needs PostgreSQL")
     server = OwnPostgres()
-    server.init()
-    server.start()
-    dump = os.path.join(server.root, "schema.dump")
-    subprocess.run([_pg_bin("pg_dump"), "-h", source["HOST"], "-p", str(source["PORT"]), "-U", source["USER"],
-                    "-Fc", "-f", dump, (source.get("TEST") or {}).get("NAME") or f"test_{source['NAME']}"], check=True, capture_output=True, timeout=60)
-    subprocess.run([_pg_bin("psql"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres", "-q", "-c",
-                    f"CREATE DATABASE {DB}"], check=True, capture_output=True, timeout=30)
-    subprocess.run([_pg_bin("pg_restore"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres",
-                    "--no-owner", "-d", DB, dump], check=True, capture_output=True, timeout=60)
-    yield server
-    server.destroy()
+    source_name = (source.get("TEST") or {}).get("NAME") or f"test_{source['NAME']}"
+    try:
+        server.init()
+        server.start()
+        dump = os.path.join(server.root, "schema.dump")
+        subprocess.run([_pg_bin("pg_dump"), "-h", source["HOST"], "-p", str(source["PORT"]), "-U", source["USER"],
+                        "-Fc", "-f", dump, source_name], check=True, capture_output=True, timeout=60)
+        subprocess.run([_pg_bin("psql"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres", "-q", "-c",
+                        f"CREATE DATABASE {DB}"], check=True, capture_output=True, timeout=30)
+        subprocess.run([_pg_bin("pg_restore"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres",
+                        "--no-owner", "-d", DB, dump], check=True, capture_output=True, timeout=60)
+        yield server
+    finally:
+        server.destroy()
 
 
 @contextmanager
