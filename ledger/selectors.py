@@ -14,7 +14,7 @@ from ledger.filters import OncallRunFilter, RunFilter, id_prefix_q
 from ledger.models import (HOLDING_STATES, STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
                            Notification, ReplayEval, Run, Workflow)
 from ledger.store import store
-from stateboard.policy import throttled_total
+from stateboard.limits import rate_limits, throttled_total
 from stateboard.stats import percentile
 
 
@@ -169,12 +169,15 @@ def prometheus_samples():
             for r in Run.objects.filter(staged=False).values("state").annotate(n=Count("id"))]
     effects = [({"status": r["status"]}, r["n"]) for r in Effect.objects.values("status").annotate(n=Count("id"))]
     m = metrics()
+    throttled = throttled_total()
     accuracy = m["recovery_accuracy"]
     p95 = m["p95_trigger_to_decision_ms"]
     families = [
         ("stateboard_runs", "Runs by state.", "gauge", runs),
         ("stateboard_throttled_total", "Requests answered 429 throttled (API_RATE_LIMITS).", "counter",
-         [({}, throttled_total())]),
+         [({}, throttled)]),  # left out when the cache cannot be read
+        ("stateboard_rate_limiter_up", "1 when the rate limits' cache answers, 0 when requests pass uncounted.",
+         "gauge", [({}, int(throttled is not None))] if rate_limits() else []),
         ("stateboard_effects", "Effects by status.", "gauge", effects),
         ("stateboard_open_approvals", "Pending approval requests.", "gauge", [({}, m["open_approvals"])]),
         ("stateboard_open_approvals_max_age_seconds", "Age of the oldest pending approval request.", "gauge",

@@ -18,23 +18,21 @@ import functools
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.core.cache import cache
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from rest_framework import exceptions
 from rest_framework.request import Request
-from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
 from stateboard.errors import DomainError, Invalid, Refused
+from stateboard.limits import client_address, over_rate, rate_limits
 from stateboard.roles import ANY, PUBLIC, has_role, is_agent
 
-__all__ = ["ANY", "PUBLIC", "Policy", "PolicyApi", "page", "policy_of", "rate_limits"]
+__all__ = ["ANY", "PUBLIC", "Policy", "PolicyApi", "client_address", "page", "policy_of", "rate_limits"]
 
 
 @dataclass(frozen=True)
@@ -47,8 +45,10 @@ class Policy:
     hold the run's lease (checked by the service under the run's lock, after a repeated
     ``client_event_id``). ``agents(request, kwargs)``: the allow-lists (lists of agent names, empty =
     every agent) of the workflows the request acts on. ``rate``: the ``API_RATE_LIMITS`` class that
-    counts it ("identity": agent/human/anon by who calls; None: exempt). ``audit``: the action name a
-    refusal is recorded under (None: not audited); ``audit_all``: conflicts and validation errors too,
+    counts it ("identity": agent/human/anon by who calls; None: exempt); ``rate_keys(request)``: the
+    identities it is counted per, each against the whole rate (sign-in: the user name and the client
+    address); None: the caller. ``audit``: the action name a refusal is recorded under (None: not
+    audited; with ``rate_keys``, each lockout too); ``audit_all``: conflicts and validation errors too,
     not only refusals of who may act. ``authentication``: the authenticator classes that say who calls
     (a request signature instead of a token: the Slack callback); None: the API's tokens and sessions."""
 
@@ -58,6 +58,7 @@ class Policy:
     run_scope: Literal["none", "holder"] = "none"
     agents: Callable | None = None
     rate: str | None = "identity"
+    rate_keys: Callable | None = None
     audit: str | None = None
     audit_all: bool = False
     authentication: tuple[type, ...] | None = None
@@ -77,64 +78,16 @@ def policy_of(view, method: str) -> Policy | None:
 
 # ---------------------------------------------------------------- the checks, in order
 
-def rate_limits() -> dict[str, str]:
-    """``API_RATE_LIMITS`` as {class: "N/period"} (``agent=600/minute,human=120/minute``); {} = no limit."""
-    return _parsed_limits(getattr(settings, "API_RATE_LIMITS", "") or "")
-
-
-@functools.lru_cache(maxsize=8)
-def _parsed_limits(text: str) -> dict[str, str]:
-    limits = {}
-    for part in text.split(","):
-        name, _, rate = part.strip().partition("=")
-        if name and rate:
-            limits[name.strip()] = rate.strip()
-    return limits
-
-
-class PolicyThrottle(SimpleRateThrottle):
-    """Counts a request against its class's rate, per identity (anonymous: per client address), in the
-    default cache (Redis when ``REDIS_URL`` is set, else per process)."""
-
-    cache = cache
-
-    def __init__(self, rate_class: str, rate: str):
-        self.scope, self.rate = rate_class, rate
-        self.num_requests, self.duration = self.parse_rate(rate)
-
-    def get_cache_key(self, request, view):
-        user = request.user
-        ident = f"user:{user.pk}" if user is not None and user.is_authenticated else f"addr:{self.get_ident(request)}"
-        return f"stateboard:throttle:{self.scope}:{ident}"
-
-
-def rate_class_of(policy: Policy, user) -> str | None:
-    if policy.rate != "identity":
-        return policy.rate
-    if user is None or not user.is_authenticated:
-        return "anon"
-    return "agent" if is_agent(user) else "human"
-
-
-THROTTLED_COUNTER = "stateboard:throttled_total"
-
-
 def throttle_check(policy: Policy, request) -> None:
-    """Raise ``Throttled`` (429 ``throttled`` with ``Retry-After``) when the request's class is over its rate."""
-    rate_class = rate_class_of(policy, request.user)
-    rate = rate_limits().get(rate_class) if rate_class else None
-    if not rate:
+    """Raise ``Throttled`` (429 ``throttled`` with ``Retry-After``) when the request is over its class's rate
+    for any of its keys (``stateboard.limits``); a key's first refusal in its window is a lockout, audited
+    when the policy names an ``audit`` action. A limiter that cannot count lets the request through."""
+    refused = over_rate(policy, request)
+    if refused is None:
         return
-    throttle = PolicyThrottle(rate_class, rate)
-    if not throttle.allow_request(request, None):
-        cache.add(THROTTLED_COUNTER, 0, None)  # (add and incr are atomic in Redis)
-        cache.incr(THROTTLED_COUNTER)
-        raise exceptions.Throttled(wait=throttle.wait())
-
-
-def throttled_total() -> int:
-    """Requests answered 429 so far (in the shared cache: across processes when Redis is configured)."""
-    return int(cache.get(THROTTLED_COUNTER) or 0)
+    if refused.locked_now and policy.audit:
+        lockout_audit(policy, request, refused.key)
+    raise exceptions.Throttled(wait=refused.wait)
 
 
 def access_check(policy: Policy, request, kwargs: dict) -> None:
@@ -155,7 +108,7 @@ def access_check(policy: Policy, request, kwargs: dict) -> None:
 
 # ---------------------------------------------------------------- the refusals' audit (a port)
 
-def _no_recorder(user, *, action: str, code: str, request, kwargs: dict, errors=None) -> None:
+def _no_recorder(user, *, action: str, code: str, request, kwargs: dict, errors=None, actor: str = "") -> None:
     raise RuntimeError("No refusal recorder is wired (the ledger app sets stateboard.policy.refusal_recorder).")
 
 
@@ -170,6 +123,14 @@ def refusal_audit(policy: Policy | None, exc: Exception, request, kwargs: dict) 
     if isinstance(exc, Refused) or (policy.audit_all and isinstance(exc, DomainError)):
         refusal_recorder(request.user, action=policy.audit, code=exc.code, request=request, kwargs=kwargs,
                          errors=exc.extra.get("errors") if isinstance(exc, DomainError) else None)
+
+
+def lockout_audit(policy: Policy, request, key: str) -> None:
+    """Record that ``key`` (a user name, a client address) is locked out of ``policy``'s action for the
+    rest of its rate's window (once per lockout; the refused attempts themselves are not recorded)."""
+    user = request.user if request.user.is_authenticated else None
+    refusal_recorder(user, action=policy.audit, code="locked_out", request=request, kwargs={"key": key},
+                     actor="" if user is not None else f"anonymous:{client_address(request)}")
 
 
 # ---------------------------------------------------------------- the pipeline for API views
@@ -243,10 +204,7 @@ def page(policy: Policy, *, back: str | Callable | None = None):
             try:
                 throttle_check(policy, request)
             except exceptions.Throttled as exc:
-                response = HttpResponse("Too many requests; try again shortly.", status=429,
-                                        content_type="text/plain; charset=utf-8")
-                response["Retry-After"] = str(int(exc.wait or 1))
-                return response
+                return throttled_answer_page(request, exc)
             try:
                 access_check(policy, request, kwargs)
                 if _form_holds_nul(request):
@@ -262,6 +220,18 @@ def page(policy: Policy, *, back: str | Callable | None = None):
         return wrapped
 
     return decorate
+
+
+def throttled_answer_page(request, exc: exceptions.Throttled) -> HttpResponse:
+    """429 with ``Retry-After``: plain text for htmx, else the refusal page, linking back to this one."""
+    wait = max(1, int(exc.wait or 1))
+    message = f"Too many requests; try again in {wait} second{'s' if wait > 1 else ''}."
+    if getattr(request, "htmx", False):
+        response = HttpResponse(message, status=429, content_type="text/plain; charset=utf-8")
+    else:
+        response = render(request, "refused.html", {"message": message, "back": request.get_full_path()}, status=429)
+    response["Retry-After"] = str(wait)
+    return response
 
 
 def page_message(exc: DomainError) -> str:

@@ -24,7 +24,7 @@ ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,1
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "stateboard.admin_apps.StateboardAdminConfig",  # django.contrib.admin, its pages behind the policy pipeline
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -80,27 +80,37 @@ TEMPLATES = [
     },
 ]
 
+DB_CONNECT_TIMEOUT = 5  # seconds to open a PostgreSQL connection (a host that does not answer)
+
+
+def database_config(url: str, *, pool: bool = True) -> dict:
+    """The database a DATABASE_URL names. PostgreSQL: no JIT, a bounded connect time, and a connection
+    checked before it is handed out (so one a server restart killed is replaced, never used): from
+    psycopg's pool (``pool``), else kept by each thread between requests."""
+    config = dj_database_url.parse(url, conn_max_age=0)
+    config["CONN_HEALTH_CHECKS"] = True  # (with the pool: psycopg_pool's check on every getconn)
+    if config["ENGINE"] != "django.db.backends.postgresql":
+        config["CONN_MAX_AGE"] = int(os.environ.get("DB_CONN_MAX_AGE", "60"))
+        return config
+    options = config.setdefault("OPTIONS", {})
+    # No JIT: on the partitioned ledger's plans it compiled for seconds what runs in milliseconds.
+    options["options"] = f"{options.get('options', '')} -c jit=off".strip()
+    options.setdefault("connect_timeout", DB_CONNECT_TIMEOUT)
+    # The store's hot statements bind on the server and are prepared on a connection after their fifth run
+    # (ledger.store.postgres): a partitioned read then skips planning sixteen partitions each time. Django's
+    # own cursors bind on the client and never prepare.
+    options.setdefault("prepare_threshold", 5)
+    if pool:
+        # psycopg 3 pool: Django refuses persistent connections (CONN_MAX_AGE) alongside it.
+        options["pool"] = {"min_size": 1, "max_size": int(os.environ.get("DB_POOL_MAX", "10"))}
+    else:
+        config["CONN_MAX_AGE"] = int(os.environ.get("DB_CONN_MAX_AGE", "60"))
+    return config
+
+
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
-    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        # No JIT: on the partitioned ledger's plans it compiled for seconds what runs in milliseconds.
-        options = DATABASES["default"].setdefault("OPTIONS", {})
-        options["options"] = f"{options.get('options', '')} -c jit=off".strip()
-        # The store's hot statements bind on the server and are prepared on a connection after their fifth
-        # run (ledger.store.postgres): a partitioned read then skips planning sixteen partitions each time.
-        # Django's own cursors bind on the client and never prepare.
-        options.setdefault("prepare_threshold", 5)
-    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool("DB_POOL", True):
-        # psycopg 3 pool: Django refuses persistent connections (CONN_MAX_AGE) alongside it.
-        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-            "min_size": 1,
-            "max_size": int(os.environ.get("DB_POOL_MAX", "10")),
-        }
-    else:
-        # Without the pool, each web thread keeps its connection between requests (checked before reuse).
-        DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("DB_CONN_MAX_AGE", "60"))
-        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    DATABASES = {"default": database_config(DATABASE_URL, pool=env_bool("DB_POOL", True))}
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -198,11 +208,18 @@ SPECTACULAR_SETTINGS = {
 # Celery: Redis in production; a file-system broker (no server) by default.
 REDIS_URL = os.environ.get("REDIS_URL", "")
 # The rate limits' counters (stateboard.policy): shared in Redis when there is one, else per process.
+# A Redis that does not answer costs a request at most a second: the limiter then lets requests through.
 CACHES = {"default": ({"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                       "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "stateboard")}
+                       "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "stateboard"),
+                       "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}}
                       if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"})}
-# Requests per identity class: "agent=600/minute,human=120/minute,anon=60/minute" (unset: no limit).
+# Requests per identity class: "agent=600/minute,human=120/minute,anon=60/minute" (unset: no limit);
+# sign-in attempts per user name and per address: "login=10/minute" (unnamed: anon's rate).
 API_RATE_LIMITS = os.environ.get("API_RATE_LIMITS", "")
+# Trusted proxies in front of the app: the client address is read from X-Forwarded-For only past them
+# (0: the socket's address; a client's own X-Forwarded-For is never believed).
+NUM_PROXIES = int(os.environ.get("NUM_PROXIES", "0"))
+REST_FRAMEWORK["NUM_PROXIES"] = NUM_PROXIES
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
 if CELERY_BROKER_URL == "filesystem://":
     _broker_dir = VAR_DIR / "broker"

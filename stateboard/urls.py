@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from stateboard import views
+from stateboard import signin, views
 
 handler400 = "stateboard.errors.handler400"
 handler403 = "stateboard.errors.handler403"
@@ -21,7 +21,7 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("healthz", views.healthz, name="healthz"),
     path("integrations/slack/", include("ledger.api.slack")),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", signin.sign_in, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("ledger.web.urls")),

@@ -6,7 +6,7 @@ import re
 import uuid
 
 import pytest
-from django.test import override_settings
+from django.test import Client, override_settings
 from django.urls import get_resolver
 
 from ledger.models import Approval, AuditEntry, Checkpoint, LedgerEvent, Run, Workflow
@@ -17,16 +17,23 @@ from tests.test_roles_matrix import _walk
 
 pytestmark = pytest.mark.django_db
 
-# Outside the pipeline on purpose (SPEC §11.1: health, metrics and the schema are exempt; Django's own).
-EXEMPT_PREFIXES = ("healthz", "metrics", "api/v1/schema/", "api/v1/docs/", "login/", "logout/", "admin/", "static/")
+# Outside the pipeline on purpose (SPEC §11.1: health, metrics and the schema are exempt; Django's own logout).
+# Sign-in (ours and the admin's) and the admin's pages pass it.
+EXEMPT_PREFIXES = ("healthz", "metrics", "api/v1/schema/", "api/v1/docs/", "logout/", "static/")
 SKIPPED_METHODS = {"options", "head", "trace"}
 
 
 def endpoints():
     """(route, pattern, view) of every URL the product serves, but the exempt ones."""
-    return [(route, pattern, getattr(pattern.callback, "view_class", None) or pattern.callback)
-            for route, pattern in _walk(get_resolver().url_patterns)
+    return [(route, pattern, _view_of(pattern.callback)) for route, pattern in _walk(get_resolver().url_patterns)
             if not route.startswith(EXEMPT_PREFIXES)]
+
+
+def _view_of(callback):
+    """The class of a class-based view; an admin page is its site's wrapper (whatever view it wraps)."""
+    if hasattr(callback, "admin_site") or hasattr(callback, "model_admin"):
+        return callback
+    return getattr(callback, "view_class", None) or callback
 
 
 def methods_of(view) -> list[str]:
@@ -40,7 +47,10 @@ def methods_of(view) -> list[str]:
 
 
 def declared(view, method: str):
-    return policy_of(view, method) if isinstance(view, type) else getattr(view, "policy", None)
+    if isinstance(view, type):
+        return policy_of(view, method)
+    site = getattr(view, "admin_site", None) or getattr(getattr(view, "model_admin", None), "admin_site", None)
+    return getattr(view, "policy", None) or getattr(site, "policy", None)  # the admin's: its site's, on every page
 
 
 def cases(predicate):
@@ -162,7 +172,8 @@ def test_a_lease_naming_no_workflow_skips_the_runs_of_workflows_that_refuse_the_
     assert fleet.b.lease()["id"] == fleet.queued
 
 
-RATE_CASES = [(route, method) for route, method in cases(lambda p: p.rate is not None)]
+RATE_CASES = [(route, method) for route, method in cases(lambda p: p.rate is not None and p.rate_keys is None)
+              if not route.startswith("admin/")]  # the admin's pages: one test below, sign-in: its own
 
 
 @pytest.mark.parametrize(("route", "method"), RATE_CASES)
@@ -186,6 +197,35 @@ def test_a_configured_rate_limit_answers_429_on_every_endpoint(route, method):
     assert not AuditEntry.objects.filter(code="throttled").exists()
     metrics = client_for(None).get("/metrics").content.decode()
     assert "stateboard_throttled_total" in metrics and "stateboard_throttled_total 0" not in metrics
+
+
+def test_sign_in_and_the_admin_are_in_the_matrix():
+    """Sign-in (ours and the admin's) declares the sign-in policy: counted per user name and per address
+    under `login`, a lockout audited; every admin page declares its site's policy."""
+    from stateboard.signin import SIGN_IN
+
+    routes = {route: declared(view, "POST") for route, _, view in endpoints()}
+    assert routes["login/"] is SIGN_IN and routes["admin/login/"] is SIGN_IN
+    assert SIGN_IN.rate == "login" and SIGN_IN.rate_keys is not None and SIGN_IN.audit == "sign_in"
+    admin_pages = [route for route in routes if route.startswith("admin/") and route != "admin/login/"]
+    assert len(admin_pages) > 20 and all(routes[route] is not None for route in admin_pages)
+
+
+def test_a_configured_rate_limit_answers_429_on_every_admin_page():
+    """The admin's pages pass the same pipeline: past the rate, 429, before Django's own check (which
+    sends anyone but a superuser to sign in: the cheap answer the first two calls get here)."""
+    admin_routes = [route for route, _, _ in endpoints() if route.startswith("admin/") and route != "admin/login/"]
+    client = Client()
+    for n, route in enumerate(admin_routes):
+        url = _url(route, {"object_id": "1", "app_label": "ledger"})
+        address = f"192.0.2.{n % 250}" if n < 250 else f"198.18.0.{n % 250}"  # an anonymous count of its own
+        with override_settings(API_RATE_LIMITS="anon=2/minute"):
+            answers = [client.get(url, REMOTE_ADDR=address).status_code for _ in range(3)]
+        assert answers == [302, 302, 429], (url, answers)
+    boss, _ = make_operator("owner")
+    boss.is_staff = boss.is_superuser = True
+    boss.save(update_fields=["is_staff", "is_superuser"])
+    assert page_client(boss).get("/admin/ledger/run/").status_code == 200
 
 
 def test_health_metrics_and_schema_are_never_throttled():

@@ -190,10 +190,11 @@ def agents_of_lease(request, kwargs) -> list[list[str]]:
     return list(lease_workflows_of(request).values())
 
 
-def refusal_record(user, *, action: str, code: str, request, kwargs: dict, errors=None) -> None:
+def refusal_record(user, *, action: str, code: str, request, kwargs: dict, errors=None, actor: str = "") -> None:
     """The audit entry of one refused attempt (``stateboard.policy.refusal_recorder``), written outside
     the refused write's rolled-back transaction; what was refused is named by the path (and ``errors``,
-    the refusal's own, e.g. each refused definition of an apply)."""
+    the refusal's own, e.g. each refused definition of an apply). ``actor`` names a caller who is no
+    user (a sign-in locked out)."""
     run_id, target = kwargs.get("run_id"), ""
     if "approval_id" in kwargs:
         target = str(kwargs["approval_id"])
@@ -208,7 +209,7 @@ def refusal_record(user, *, action: str, code: str, request, kwargs: dict, error
     with transaction.atomic():
         audit_record(user=user, action=action, outcome="refused", run_id=run_id, target=str(target)[:200],
                      code=code, reason=request_field(request, "reason")[:1000],
-                     data={"errors": errors} if errors else None)
+                     data={"errors": errors} if errors else None, actor=actor)
 
 
 class ReasonInputSerializer(serializers.Serializer):
