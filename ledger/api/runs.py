@@ -86,7 +86,7 @@ class RunLeaseApi(PolicyApi):
     @operation(OPS["runs_lease_create"], request=RunLeaseInputSerializer,
                responses={200: RunDetailOutputSerializer, 204: OpenApiResponse(description="no queued run")})
     def post(self, request):
-        data = validated(RunLeaseInputSerializer, body_of(request))
+        data = validated(RunLeaseInputSerializer, body_of(request), strict=True)  # a typo would lease any run
         waits_outside = request.META.get(WAITS_OUTSIDE, False)  # the ASGI entry waits without a thread
         run = services.run_lease(actor=actor_for(request.user), workflows=data.get("workflows") or None,
                                  wait_seconds=0 if waits_outside else data["wait_seconds"])
