@@ -9,13 +9,15 @@ class LedgerConfig(AppConfig):
     def ready(self):
         from ledger.api import openapi  # noqa: F401  (registers the OpenAPI auth extension)
         from ledger.api.common import refusal_record  # (b) the app registry is not ready when apps.py loads
-        from stateboard import policy  # (b)
+        from ledger.services.leases import lease_release_undelivered  # (b)
+        from stateboard import policy, waits  # (b)
         from ledger.models.keys import sqlite_run_key_triggers_install  # (b)
         from stateboard.db import sqlite_guards_install  # (b)
 
         post_migrate.connect(sqlite_guards_install, dispatch_uid="stateboard.sqlite_guards")
         post_migrate.connect(sqlite_run_key_triggers_install, dispatch_uid="ledger.sqlite_run_keys")
         policy.refusal_recorder = refusal_record
+        waits.lease_releaser = lease_release_undelivered
         self.knowledge_ports_wire()
 
     @staticmethod
