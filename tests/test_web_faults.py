@@ -12,7 +12,6 @@ import pytest
 from django.conf import settings
 from django.db import connection, connections
 
-from ledger import services
 from ledger.models import LedgerEvent, Run
 from stateboard.waits import LEASE_PATH
 from tests.factories import client_for, make_agent, make_operator, make_workflow, unique
@@ -148,19 +147,6 @@ def _queue_in_thread(workflow) -> str:
         return _queue_runs(workflow, 1)[0]
     finally:
         connection.close()
-
-
-def test_a_lease_is_given_back_only_while_the_run_is_as_it_was_answered():
-    workflow = make_workflow(stages=["only"], effect_stages=[], approval_stages=[])
-    run_id = _queue_runs(workflow, 1)[0]
-    _, token = make_agent()
-    leased = client_for(token).post("/api/v1/runs/lease/", {}, format="json").json()
-    lease_id, count = leased["lease"]["id"], leased["event_count"]
-    assert not services.lease_release_undelivered(run_id=run_id, lease_id=lease_id, event_count=count - 1)
-    assert not services.lease_release_undelivered(run_id=run_id, lease_id=str(run_id), event_count=count)
-    assert Run.objects.get(id=run_id).lease_owner.startswith("agent:")
-    assert services.lease_release_undelivered(run_id=run_id, lease_id=lease_id, event_count=count)
-    assert Run.objects.get(id=run_id).lease_owner == ""
 
 
 # ---------------------------------------------------------------- a 413 on a kept-alive connection
