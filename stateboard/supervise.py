@@ -4,8 +4,10 @@ included (granian's workers).
 Two layers (Linux):
 
 - Each child leads a session of its own (Ctrl-C reaches ``up`` alone, which stops them in order) and is
-  started with ``PR_SET_PDEATHSIG``: the kernel sends it SIGTERM the moment ``up`` dies. That alone cannot
-  reach a grandchild (a fork clears the setting), and granian's workers do not exit when their parent does.
+  started with ``PR_SET_PDEATHSIG``: the kernel sends it SIGTERM the moment ``up`` dies. (Set by this file
+  run in the child, which then execs the command: the setting survives an exec, and no Python runs
+  between fork and exec in ``up``, whose database pool has threads.) That alone cannot reach a
+  grandchild (a fork clears the setting), and granian's workers do not exit when their parent does.
 - A watchdog (this file, run by itself), in a session of its own so a signal to ``up``'s group
   does not reach it, reads a pipe only ``up`` writes to: the session of each child it starts. When the pipe
   closes without ``up`` saying it stopped them itself, ``up`` is gone: every process still in those
@@ -29,6 +31,8 @@ from pathlib import Path
 GRACE = 3.0  # seconds between SIGTERM and SIGKILL once `up` is gone
 PR_SET_PDEATHSIG = 1
 DONE = "done"
+EXEC = "--exec"
+THIS = str(Path(__file__).resolve())
 
 
 class Watchdog:
@@ -36,12 +40,14 @@ class Watchdog:
 
     def __init__(self, python: str):
         # -I: this file alone, with the standard library (no Django, no Celery, nothing from the project)
-        self.process = subprocess.Popen([python, "-I", __file__, str(os.getpid())], stdin=subprocess.PIPE,
+        self.python = python
+        self.process = subprocess.Popen([python, "-I", THIS, str(os.getpid())], stdin=subprocess.PIPE,
                                         text=True, start_new_session=True)
 
     def start(self, command: list[str], **popen) -> subprocess.Popen:
         """``command`` in a session of its own, SIGTERM when ``up`` dies, and watched."""
-        child = subprocess.Popen(command, start_new_session=True, preexec_fn=_dies_with_parent(os.getpid()), **popen)
+        child = subprocess.Popen([self.python, "-I", THIS, EXEC, str(os.getpid()), *command],
+                                 start_new_session=True, **popen)
         self._say(f"+{child.pid}")
         return child
 
@@ -66,19 +72,15 @@ class Watchdog:
             pass
 
 
-def _dies_with_parent(parent: int):
-    """A ``preexec_fn``: the child gets SIGTERM when ``parent`` dies (no-op where prctl does not exist)."""
+def exec_dying_with(parent: int, command: list[str]) -> None:
+    """In a child of ``parent``: SIGTERM when ``parent`` dies (where prctl exists), then ``command``."""
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-    def arm():
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the signal was armed
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return arm
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the watchdog alone
+        pass
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        sys.exit(1)
+    os.execvp(command[0], command)
 
 
 def session_members(sessions: set[int]) -> list[int]:
@@ -126,4 +128,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == [EXEC]:
+        exec_dying_with(int(sys.argv[2]), sys.argv[3:])
     sys.exit(main())

@@ -203,3 +203,29 @@ def test_up_refuses_a_port_already_served(tmp_path):
     assert second.returncode == 1, out + err
     assert f"Port {port} on 127.0.0.1 is already served (another `up`?)" in err
     assert "Applying migrations" not in out and "Traceback" not in err
+
+
+def test_a_child_started_under_the_watchdog_gets_sigterm_when_its_parent_dies_even_without_the_watchdog():
+    """The first layer alone (stateboard.supervise): the parent killed with SIGKILL, its watchdog gone too,
+    the child still stops (PR_SET_PDEATHSIG, armed before the command was exec'd)."""
+    import signal
+
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from stateboard.supervise import Watchdog\n"
+        "watchdog = Watchdog(sys.executable)\n"
+        "child = watchdog.start(['sleep', '120'])\n"
+        "print(watchdog.process.pid, child.pid, flush=True)\n"
+        "time.sleep(120)\n")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    watchdog, child = map(int, parent.stdout.readline().split())
+    try:
+        _wait_for(lambda: _running(child) and Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"sleep\0"),
+                  "the command to be exec'd", 10)
+        os.kill(watchdog, signal.SIGKILL)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=10)
+        _wait_for(lambda: not _running(child), "the child to stop", 5)
+    finally:
+        for pid in (child, watchdog):
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
