@@ -2,7 +2,8 @@
 
 API views subclass ``PolicyApi`` and declare ``policy = {"GET": Policy(...), "POST": Policy(...)}``;
 page views are wrapped by ``@page(Policy(...))``. Both run the same checks in the order of SPEC §11.1:
-authentication, rate limit, role, authorizer, the workflow's ``agents``. Run-scoped writes
+authentication, rate limit, role, authorizer, the workflow's ``agents`` (an API body is parsed once
+before the role: one that does not parse is 400 before anything reads it). Run-scoped writes
 (``run_scope="holder"``) then go to their service, which under the run's lock answers a repeated
 ``client_event_id``, then checks the lease (``ledger.services.writer.lease_require``), the goal and the
 transition. A refusal — the pipeline's, or a ``Refused`` raised by an authorizer further in — is recorded
@@ -190,8 +191,8 @@ class PolicyApi(APIView):
         return super().get_authenticators()
 
     def initial(self, request, *args, **kwargs):
-        """DRF's ``initial`` with the checks in the contract's order: authentication, rate, role,
-        authorizer, ``agents`` (DRF alone checks permissions before throttles)."""
+        """DRF's ``initial`` with the checks in the contract's order: authentication, rate, (the body's
+        parse,) role, authorizer, ``agents`` (DRF alone checks permissions before throttles)."""
         self.format_kwarg = self.get_format_suffix(**kwargs)
         neg = self.perform_content_negotiation(request)
         request.accepted_renderer, request.accepted_media_type = neg
