@@ -9,7 +9,8 @@ class LedgerConfig(AppConfig):
     def ready(self):
         from ledger.api import openapi  # noqa: F401  (registers the OpenAPI auth extension)
         from ledger.api.common import refusal_record  # (b) the app registry is not ready when apps.py loads
-        from stateboard import policy  # (b)
+        from ledger.services.leases import lease_release_undelivered  # (b)
+        from stateboard import policy, waits  # (b)
         from ledger.models.keys import sqlite_run_key_triggers_install  # (b)
         from stateboard.db import partition_guards_install, sqlite_guards_install  # (b)
 
@@ -17,6 +18,7 @@ class LedgerConfig(AppConfig):
         post_migrate.connect(sqlite_run_key_triggers_install, dispatch_uid="ledger.sqlite_run_keys")
         post_migrate.connect(partition_guards_install, dispatch_uid="stateboard.partition_guards")
         policy.refusal_recorder = refusal_record
+        waits.lease_releaser = lease_release_undelivered
         self.knowledge_ports_wire()
 
     @staticmethod

@@ -14,15 +14,15 @@ from django.conf import settings  # noqa: E402  (after the settings module is na
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from stateboard.waits import WAITS_OUTSIDE, LeaseWaitingApp, LeaseWaits, body_read  # noqa: E402
+from stateboard.waits import WAITS_OUTSIDE, LeaseWaitingApp, LeaseWaits, body_read, closing  # noqa: E402
 from stateboard.webserver import web_threads  # noqa: E402
 
 
 class WsgiOnThreads:
     """ASGI → WSGI with one hop to a thread per request: the body is read in the event loop (up to the
-    body limit and one byte, enough for Django to refuse a larger one), the app runs on a thread with
-    it, and the whole response is sent from the loop. (a2wsgi's own adapter hops for every read and
-    write, which costs ~15 % of an append here; its environ builder is used as is.)"""
+    body limit and one byte, enough for Django to refuse a larger one; the rest dropped, ``body_read``),
+    the app runs on a thread with it, and the whole response is sent from the loop. (a2wsgi's own adapter
+    hops for every read and write, which costs ~15 % of an append here; its environ builder is used as is.)"""
 
     def __init__(self, app, threads: int, body_limit: int):
         self.app, self.body_limit = app, body_limit
@@ -31,7 +31,9 @@ class WsgiOnThreads:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return
-        body = await body_read(receive, self.body_limit)
+        body, unread = await body_read(receive, self.body_limit)
+        if unread:  # the connection cannot serve another request
+            send = closing(send)
         try:
             environ = build_environ(scope, io.BytesIO(body))
         except UnicodeDecodeError:  # a query string that is not ASCII (clients must percent-encode)

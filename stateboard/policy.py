@@ -2,7 +2,8 @@
 
 API views subclass ``PolicyApi`` and declare ``policy = {"GET": Policy(...), "POST": Policy(...)}``;
 page views are wrapped by ``@page(Policy(...))``. Both run the same checks in the order of SPEC §11.1:
-authentication, rate limit, role, authorizer, the workflow's ``agents``. Run-scoped writes
+authentication, rate limit, role, authorizer, the workflow's ``agents`` (an API body is parsed once
+before the role: one that does not parse is 400 before anything reads it). Run-scoped writes
 (``run_scope="holder"``) then go to their service, which under the run's lock answers a repeated
 ``client_event_id``, then checks the lease (``ledger.services.writer.lease_require``), the goal and the
 transition. A refusal — the pipeline's, or a ``Refused`` raised by an authorizer further in — is recorded
@@ -25,6 +26,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from rest_framework import exceptions
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -150,8 +152,8 @@ class PolicyApi(APIView):
         return super().get_authenticators()
 
     def initial(self, request, *args, **kwargs):
-        """DRF's ``initial`` with the checks in the contract's order: authentication, rate, role,
-        authorizer, ``agents`` (DRF alone checks permissions before throttles)."""
+        """DRF's ``initial`` with the checks in the contract's order: authentication, rate, (the body's
+        parse,) role, authorizer, ``agents`` (DRF alone checks permissions before throttles)."""
         self.format_kwarg = self.get_format_suffix(**kwargs)
         neg = self.perform_content_negotiation(request)
         request.accepted_renderer, request.accepted_media_type = neg
@@ -166,6 +168,7 @@ class PolicyApi(APIView):
         throttle_check(policy, request)
         if policy.roles != PUBLIC and not request.user.is_authenticated:
             raise exceptions.NotAuthenticated()
+        body_parse(request)
         access_check(policy, request, kwargs)
 
     def handle_exception(self, exc):
@@ -250,20 +253,24 @@ def refusal_answer_page(request, exc: DomainError, back: str) -> HttpResponse:
     return redirect(back)
 
 
+def body_parse(request: Request) -> None:
+    """Parse the body of a request that may carry one, once, before the checks and the view read it: one
+    that does not parse is refused here (400 with the parser's code; another media type 415). (DRF keeps
+    an empty body after a failed parse, so a read that swallowed the error would run the view on ``{}``.)"""
+    if request.method not in SAFE_METHODS:
+        request.data  # noqa: B018
+
+
 def _form_holds_nul(request) -> bool:
     """Whether a page's posted form holds a NUL in a name or a value (refused whole by ``@page``)."""
     return any("\x00" in name or any("\x00" in value for value in values) for name, values in request.POST.lists())
 
 
 def request_data(request):
-    """The request's decoded body (API or form), None when it does not decode (a form holding a NUL
-    included): the view reports why."""
-    try:
-        if isinstance(request, Request):
-            return request.data
-        return None if _form_holds_nul(request) else request.POST
-    except (exceptions.ParseError, exceptions.UnsupportedMediaType):
-        return None
+    """The request's decoded body (API, parsed by the pipeline, or form), None for a form holding a NUL."""
+    if isinstance(request, Request):
+        return request.data
+    return None if _form_holds_nul(request) else request.POST
 
 
 def request_field(request, name: str) -> str:

@@ -8,6 +8,10 @@ connection — and sends the same request through the pipeline again when a run 
 ``NOTIFY`` (one ``LISTEN`` connection per process) names the queued run's workflow, and the oldest
 waiter that could take it is woken; one that finds nothing passes the wake-up on. On SQLite, which
 cannot notify, a waiter retries once a second. At its deadline a waiter gets the last 204.
+
+A waiter whose client went away (``http.disconnect``) is out of the queue at once, never woken; a lease
+granted to a request whose client is known to be gone is given back at once (``lease_releaser``, wired
+by the ledger app), so the run is queued for a live agent instead of lapsing with its lease.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 WAITS_OUTSIDE = "stateboard.lease_waits_outside"  # WSGI environ key: set by the ASGI entry, not by a client
 WAIT_HEADER = "stateboard-lease-wait"  # the view's answer to the ASGI entry, never sent to a client
+GRANT_HEADER = "stateboard-lease-granted"  # likewise: "<run id> <lease id> <event count>" of a lease it granted
 CHANNEL = "stateboard_queued"  # NOTIFY payload: the queued run's workflow slug
 LEASE_PATH = "/api/v1/runs/lease/"
 POLL_SECONDS = 1.0  # without NOTIFY (SQLite)
@@ -29,12 +35,22 @@ RECONNECT_SECONDS = 1.0
 log = logging.getLogger(__name__)
 
 
+def _no_releaser(*, run_id: str, lease_id: str, event_count: int) -> bool:
+    raise RuntimeError("No lease releaser is wired (the ledger app sets stateboard.waits.lease_releaser).")
+
+
+lease_releaser: Callable[..., bool] = _no_releaser
+
+
 @dataclass(eq=False)
 class Waiter:
     workflows: frozenset[str]  # empty: any workflow
+    gone: asyncio.Future | None = None  # done once its client went away
     woken: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def takes(self, slug: str | None) -> bool:
+        if self.gone is not None and self.gone.done():
+            return False
         return slug is None or not self.workflows or slug in self.workflows
 
 
@@ -67,22 +83,24 @@ class LeaseWaits:
                 waiter.woken.set_result((None, 0))
 
     async def wait(self, waiter: Waiter, seconds: float):
-        """Until woken (``(slug, budget)``) or ``seconds`` pass (None)."""
+        """Until woken (``(slug, budget)``), or ``seconds`` pass or its client goes away (None)."""
         if self.listen:
             self._listener_ensure()
         else:
             seconds = min(seconds, POLL_SECONDS)
         self.queue.append(waiter)
         try:
-            return await asyncio.wait_for(asyncio.shield(waiter.woken), seconds)
-        except asyncio.TimeoutError:
-            if waiter.woken.done():  # woken as its time ran out: the wake-up goes to the next one
-                slug, budget = waiter.woken.result()
-                self.notify(slug, budget)
-            return None
+            await asyncio.wait([waiter.woken, *([waiter.gone] if waiter.gone is not None else [])],
+                               timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if waiter in self.queue:
                 self.queue.remove(waiter)
+        if not waiter.woken.done():
+            return None
+        if waiter.gone is not None and waiter.gone.done():  # woken as its client went: the next one looks
+            self.notify(*waiter.woken.result())
+            return None
+        return waiter.woken.result()
 
     def _listener_ensure(self) -> None:
         if self._listener is None or self._listener.done():
@@ -131,21 +149,34 @@ class Captured:
         else:
             self.body.append(message)
 
-    def wait_seconds(self) -> float | None:
-        """The seconds the view said this request may wait, with the header removed."""
-        if self.start is None or self.start["status"] != 204:
+    def header_pop(self, header: str) -> bytes | None:
+        """The value of one of the view's headers to this entry, removed from what the client gets."""
+        if self.start is None:
             return None
-        headers, seconds = [], None
+        headers, found = [], None
         for name, value in self.start.get("headers", []):
-            if name.lower() == WAIT_HEADER.encode():
-                try:
-                    seconds = float(value)
-                except ValueError:
-                    seconds = None
+            if name.lower() == header.encode():
+                found = value
             else:
                 headers.append((name, value))
         self.start = {**self.start, "headers": headers}
-        return seconds
+        return found
+
+    def wait_seconds(self) -> float | None:
+        """The seconds the view said this request may wait, with the header removed."""
+        value = self.header_pop(WAIT_HEADER)
+        if value is None or self.start["status"] != 204:
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            return None
+
+    def granted(self) -> tuple[str, str, int] | None:
+        """The lease the view granted (run id, lease id, event count), with the header removed."""
+        value = self.header_pop(GRANT_HEADER)
+        parts = value.decode("latin-1").split() if value is not None and self.start["status"] == 200 else []
+        return (parts[0], parts[1], int(parts[2])) if len(parts) == 3 and parts[2].isdigit() else None
 
     async def replay(self, send) -> None:
         await send(self.start)
@@ -180,42 +211,116 @@ class LeaseWaitingApp:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != LEASE_PATH:
             return await self.app(scope, receive, send)
         arrived = time.monotonic()  # wait_seconds counts from here, not from the first look's answer
-        body = await body_read(receive, self.body_limit)
-        deadline, slug_budget = None, 0
-        while True:
-            generation = self.waits.generation
-            captured = Captured()
-            await self.app(scope, _receive_of(body), captured.send)
-            seconds = captured.wait_seconds()
-            if seconds is None:
-                return await captured.replay(send)
-            if deadline is None:
-                deadline = arrived + seconds
-            elif slug_budget:  # woken but found nothing: the next waiter may take it
-                self.waits.notify(slug_budget[0], slug_budget[1])
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return await captured.replay(send)
-            if self.waits.generation != generation:
-                slug_budget = 0
-                continue  # a run was queued while this request looked: look again now
-            woken = await self.waits.wait(Waiter(workflows_of(body)), remaining)
-            slug_budget = woken if woken and woken[1] > 0 else 0
+        body, unread = await body_read(receive, self.body_limit)
+        if unread:  # (a body over the limit: refused at the first look, it never waits)
+            send = closing(send)
+        deadline, slug_budget, gone = None, 0, None
+        try:
+            while True:
+                generation = self.waits.generation
+                captured = Captured()
+                await self.app(scope, _receive_of(body), captured.send)
+                granted = captured.granted()
+                if granted and gone is not None:
+                    await asyncio.sleep(0)  # a disconnect that arrived during the look is seen now
+                    if gone.done():  # nobody to give the run to: it goes back to the queue
+                        await asyncio.get_running_loop().run_in_executor(None, lease_release, *granted)
+                        return await _nothing(send)
+                seconds = captured.wait_seconds()
+                if seconds is None:
+                    return await captured.replay(send)
+                if deadline is None:
+                    deadline = arrived + seconds
+                    gone = asyncio.get_running_loop().create_task(client_gone(receive))
+                elif slug_budget:  # woken but found nothing: the next waiter may take it
+                    self.waits.notify(slug_budget[0], slug_budget[1])
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or gone.done():
+                    return await captured.replay(send)
+                if self.waits.generation != generation:
+                    slug_budget = 0
+                    continue  # a run was queued while this request looked: look again now
+                woken = await self.waits.wait(Waiter(workflows_of(body), gone), remaining)
+                if gone.done():  # out of the queue before any wake-up could reach it
+                    return await captured.replay(send)
+                slug_budget = woken if woken and woken[1] > 0 else 0
+        finally:
+            if gone is not None:
+                gone.cancel()
 
 
-async def body_read(receive, limit: int) -> bytes:
+async def client_gone(receive) -> None:
+    """Returns once the client has gone away: after the whole body, a server's next message is
+    ``http.disconnect``, sent when the connection closes (one that sends anything else never tells)."""
+    if (await receive())["type"] != "http.disconnect":
+        await asyncio.get_running_loop().create_future()  # until cancelled
+
+
+def lease_release(run_id: str, lease_id: str, event_count: int) -> None:
+    """Give back a lease whose answer could not be delivered (on a thread of its own: the ORM is sync)."""
+    from django.db import connections
+
+    try:
+        if lease_releaser(run_id=run_id, lease_id=lease_id, event_count=event_count):
+            log.info("lease waits: run %s given back (its lease's client went away)", run_id)
+    except Exception:  # the lease then lapses as it would have
+        log.exception("lease waits: could not give back run %s", run_id)
+    finally:
+        connections.close_all()
+
+
+async def _nothing(send) -> None:
+    await send({"type": "http.response.start", "status": 204, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def body_read(receive, limit: int) -> tuple[bytes, bool]:
     """The request's body as it came, read up to ``limit`` bytes and one more: enough for Django to refuse a
-    larger one (413); a client that went away mid-body leaves what it sent (400 ``body_incomplete``)."""
+    larger one (413); a client that went away mid-body leaves what it sent (400 ``body_incomplete``).
+
+    The rest of a larger body is read and dropped (up to ``DRAIN_BYTES`` within ``DRAIN_SECONDS``), so the
+    connection is left at the next request's first byte, never in the middle of this one's body. The
+    second value says some is still unread: the answer must then close the connection (``closing``)."""
     chunks, size = [], 0
     while size <= limit:
         message = await receive()
         if message["type"] != "http.request":
-            break
+            return b"".join(chunks), False
         chunks.append(message.get("body", b""))
         size += len(chunks[-1])
         if not message.get("more_body"):
-            break
-    return b"".join(chunks)
+            return b"".join(chunks), False
+    return b"".join(chunks), not await _rest_drop(receive)
+
+
+DRAIN_BYTES = 16 * 1024 * 1024
+DRAIN_SECONDS = 2.0
+
+
+async def _rest_drop(receive) -> bool:
+    """Read and drop the rest of a body; whether it came to its end in time."""
+    dropped = 0
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            while dropped <= DRAIN_BYTES:
+                message = await receive()
+                if message["type"] != "http.request" or not message.get("more_body"):
+                    return True
+                dropped += len(message.get("body", b""))
+    except TimeoutError:
+        pass
+    return False
+
+
+def closing(send):
+    """``send`` with ``Connection: close`` on the answer (its request's body was left unread)."""
+
+    async def send_closing(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+        await send(message)
+
+    return send_closing
 
 
 def _receive_of(body: bytes):

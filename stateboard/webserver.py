@@ -10,8 +10,10 @@ instead, where a long-poll does hold its thread: ``bench ledger`` measures both 
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -77,3 +79,20 @@ def processes_stop(processes, *, wait: float) -> None:
             except ProcessLookupError:  # gone meanwhile
                 pass
             process.wait(timeout=10)
+
+
+def port_served(host: str, port: int) -> bool:
+    """Whether something listens on ``host:port`` already: a bind without ``SO_REUSEPORT`` fails beside any
+    listener (granian's, which shares its port with another granian, included)."""
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror:
+        return False  # the server will say why
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False

@@ -119,3 +119,113 @@ def test_up_restarts_a_worker_killed_under_it(tmp_path):
         up.send_signal(signal.SIGTERM)
         up.wait(timeout=60)
     assert up.returncode == 0, log.read_text(errors="replace")[-3000:]
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """Every live process under ``pid`` (children, theirs, ...): {pid: command line}."""
+    found, parents = {}, [pid]
+    while parents:
+        children = _children(parents.pop())
+        found.update(children)
+        parents.extend(children)
+    return found
+
+
+def _serves(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def test_up_killed_with_sigkill_takes_every_process_it_started_with_it(tmp_path):
+    """SIGKILL to `up`: granian and its worker, the Celery worker and beat are all gone within seconds, and
+    the port is free."""
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
+    env.update(STATEBOARD_VAR_DIR=str(tmp_path), WEB_WORKERS="1")
+    port, log = _free_port(), tmp_path / "up.log"
+    with open(log, "wb") as out:
+        up = subprocess.Popen([sys.executable, "manage.py", "up", "--no-demo", "--port", str(port)],
+                              cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    started: dict[int, str] = {}
+    try:
+        _wait_for(lambda: "Stateboard is up" in log.read_text(errors="replace"), "up to serve", 180)
+
+        def all_started():
+            started.update(_descendants(up.pid))
+            commands = list(started.values())
+            granian = [pid for pid, cmd in started.items() if "granian" in cmd]
+            return (granian and any(_children(pid) for pid in granian)  # its worker, a grandchild of `up`
+                    and any("celery" in c and " worker" in c for c in commands)
+                    and any("celery" in c and " beat" in c for c in commands))
+
+        _wait_for(all_started, "granian's worker, the Celery worker and beat")
+        os.kill(up.pid, signal.SIGKILL)
+        up.wait(timeout=10)
+        killed = time.monotonic()
+        _wait_for(lambda: not [pid for pid in started if _running(pid)], "every process up started to go", 10)
+        assert time.monotonic() - killed < 10 and not _serves(port)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(timeout=10)
+        survivors = {pid: cmd for pid, cmd in started.items() if _running(pid)}
+        for pid in survivors:
+            os.kill(pid, signal.SIGKILL)
+    assert not survivors, f"left running after up was killed: {survivors}"
+
+
+def test_up_refuses_a_port_already_served(tmp_path):
+    """A listener that shares its port (as granian does, SO_REUSEPORT) is there: `up` exits non-zero at once
+    with a clear message, before it migrates or starts anything."""
+    import signal
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
+    env["STATEBOARD_VAR_DIR"] = str(tmp_path)
+    with socket.socket() as served:
+        served.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        served.bind(("127.0.0.1", 0))
+        served.listen()
+        port = served.getsockname()[1]
+        second = subprocess.Popen([sys.executable, "manage.py", "up", "--no-demo", "--port", str(port)], cwd=ROOT,
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = second.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # it started beside the listener: stop it and what it started
+            second.send_signal(signal.SIGTERM)
+            out, err = second.communicate(timeout=60)
+    assert second.returncode == 1, out + err
+    assert f"Port {port} on 127.0.0.1 is already served (another `up`?)" in err
+    assert "Applying migrations" not in out and "Traceback" not in err
+
+
+def test_a_child_started_under_the_watchdog_gets_sigterm_when_its_parent_dies_even_without_the_watchdog():
+    """The first layer alone (stateboard.supervise): the parent killed with SIGKILL, its watchdog gone too,
+    the child still stops (PR_SET_PDEATHSIG, armed before the command was exec'd)."""
+    import signal
+
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from stateboard.supervise import Watchdog\n"
+        "watchdog = Watchdog(sys.executable)\n"
+        "child = watchdog.start(['sleep', '120'])\n"
+        "print(watchdog.process.pid, child.pid, flush=True)\n"
+        "time.sleep(120)\n")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    watchdog, child = map(int, parent.stdout.readline().split())
+    try:
+        _wait_for(lambda: _running(child) and Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"sleep\0"),
+                  "the command to be exec'd", 10)
+        os.kill(watchdog, signal.SIGKILL)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=10)
+        _wait_for(lambda: not _running(child), "the child to stop", 5)
+    finally:
+        for pid in (child, watchdog):
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)

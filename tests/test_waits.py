@@ -67,3 +67,20 @@ def test_workflows_of_a_body_and_the_replayed_receive():
     first, second = _run(scenario())
     assert first == {"type": "http.request", "body": b"body", "more_body": False}
     assert second == {"type": "http.disconnect"}
+
+
+def test_a_waiter_whose_client_went_is_never_woken_and_a_wake_up_goes_on():
+    async def scenario():
+        waits = LeaseWaits(listen=True)
+        waits._listener_ensure = lambda: None
+        gone = asyncio.get_running_loop().create_future()
+        tasks = [asyncio.create_task(waits.wait(Waiter(frozenset(), gone), 5)),
+                 asyncio.create_task(waits.wait(Waiter(frozenset()), 5))]
+        await asyncio.sleep(0)
+        gone.set_result(None)  # its client went: the next wake-up skips it, though it is still queued
+        waits.notify("a")
+        await asyncio.sleep(0.01)
+        assert tasks[0].done() and tasks[0].result() is None
+        assert tasks[1].result() == ("a", 1) and not waits.queue
+
+    _run(scenario())

@@ -87,10 +87,16 @@ def body_of(request) -> dict:
     return json_object(request.data)
 
 
-def validated(serializer_class, data) -> dict:
+def validated(serializer_class, data, *, strict: bool = False) -> dict:
     """``data`` (a JSON object) validated by an input serializer, or 422 ``validation_error`` with its errors.
-    A text field given anything but a string is refused, never converted (DRF turns 9 into "9")."""
+    A text field given anything but a string is refused, never converted (DRF turns 9 into "9");
+    ``strict``: a field the serializer does not know is 422 ``unknown_field`` (other bodies ignore them)."""
     serializer = serializer_class(data=json_object(data))
+    unknown = sorted(set(data) - set(serializer.fields)) if strict else []
+    if unknown:
+        raise Invalid("unknown_field", f"Unknown field {unknown[0]!r}; this body takes "
+                                       f"{', '.join(serializer.fields)}.",
+                      errors={name: ["Unknown field."] for name in unknown})
     not_text = dict(_not_strings(serializer, data, ""))
     if not_text:
         raise Invalid("validation_error", "Invalid input: a text field holds a value that is not a string.",

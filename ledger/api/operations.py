@@ -63,8 +63,8 @@ OPS = named({
         "Lease the earliest-queued run",
         "Hands the calling agent the queued run (of `workflows`, else any) that was queued earliest, leased "
         "to it for the workflow's `lease_seconds` (200), or 204 when none became available within "
-        "`wait_seconds` (0 to 30). Agents only (SPEC §9.1).",
-        {403: ["agent_not_allowed"], 422: ["validation_error", "unknown_workflow"]}),
+        "`wait_seconds` (0 to 30). Agents only (SPEC §9.1). A field it does not know is 422 `unknown_field`.",
+        {403: ["agent_not_allowed"], 422: ["validation_error", "unknown_workflow", "unknown_field"]}),
     "runs_retrieve": Op(
         "Read a run",
         "State, current stage, decision, lease, effects and approvals of one run. Any signed-in identity.",

@@ -18,7 +18,7 @@ from ledger.api.shapes import RunDetailOutputSerializer, RunOutputSerializer, ru
 from ledger.filters import RunFilter, StrictFilterBackend
 from ledger.models import Run, Trigger
 from stateboard.errors import NotFound
-from stateboard.waits import WAIT_HEADER, WAITS_OUTSIDE
+from stateboard.waits import GRANT_HEADER, WAIT_HEADER, WAITS_OUTSIDE
 from stateboard.policy import ANY, Policy, PolicyApi
 from stateboard.roles import AGENT, actor_for, has_role
 
@@ -86,7 +86,7 @@ class RunLeaseApi(PolicyApi):
     @operation(OPS["runs_lease_create"], request=RunLeaseInputSerializer,
                responses={200: RunDetailOutputSerializer, 204: OpenApiResponse(description="no queued run")})
     def post(self, request):
-        data = validated(RunLeaseInputSerializer, body_of(request))
+        data = validated(RunLeaseInputSerializer, body_of(request), strict=True)  # a typo would lease any run
         waits_outside = request.META.get(WAITS_OUTSIDE, False)  # the ASGI entry waits without a thread
         workflows, known = data.get("workflows") or None, lease_workflows_of(request)
         run = services.run_lease(actor=actor_for(request.user), workflows=workflows,
@@ -97,7 +97,10 @@ class RunLeaseApi(PolicyApi):
             if waits_outside and data["wait_seconds"]:
                 response[WAIT_HEADER] = str(data["wait_seconds"])
             return response
-        return Response(RunDetailOutputSerializer(selectors.run_detail(run_id=run.id, intent=run.intent)).data)
+        response = Response(RunDetailOutputSerializer(selectors.run_detail(run_id=run.id, intent=run.intent)).data)
+        if waits_outside:  # what to give back if the answer cannot be delivered
+            response[GRANT_HEADER] = f"{run.id} {run.lease_id} {run.event_count}"
+        return response
 
 
 class RunDetailApi(PolicyApi):

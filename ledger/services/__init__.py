@@ -18,7 +18,7 @@ from ledger.services.escalations import escalation_raise
 from ledger.services.events import event_append
 from ledger.services.executor import executor_run, executor_sweep
 from ledger.services.goals import goal_create, goals_of
-from ledger.services.leases import run_lease
+from ledger.services.leases import lease_release_undelivered, run_lease
 from ledger.services.notifications import (approval_notify, notification_read, notifications_read_all, notifications_send,
                                           notifications_settle)
 from ledger.services.oncall import compensation_plan, run_abandon, run_compensate, run_retry
@@ -44,5 +44,5 @@ __all__ = [
     "approval_notify", "notification_read", "notifications_read_all", "notifications_send", "notifications_settle",
     "rollups_refresh", "run_retry", "run_trigger", "runs_expire_leases", "executor_run", "executor_sweep", "run_lease", "outbox_put",
     "outbox_relay", "schedule_tick", "workflow_create", "workflow_update", "workflow_validate",
-    "file_form", "file_parse", "outcome_lines", "workflows_apply",
+    "file_form", "file_parse", "outcome_lines", "workflows_apply", "lease_release_undelivered",
 ]

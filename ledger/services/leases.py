@@ -7,12 +7,14 @@ import time
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ledger.domain.kinds import EventKind
 from ledger.models import Run, Workflow
-from ledger.services.writer import RunWriter
+from ledger.services.writer import RunWriter, run_lock
 from ledger.store import store
 from stateboard.errors import Invalid
 
 POLL_FIRST, POLL_MAX = 0.05, 1.0  # long-poll backoff (seconds)
+WEB = "system:web"  # the web tier, giving back a lease whose answer it could not deliver
 
 
 def run_lease_once(*, actor: str, workflows: list[str] | None = None) -> Run | None:
@@ -59,3 +61,18 @@ def run_lease(*, actor: str, workflows=None, wait_seconds: int = 0, existing: se
             connection.close()  # (the pool, when configured, takes it back)
         time.sleep(min(pause, remaining))
         pause = min(pause * 2, POLL_MAX)
+
+
+def lease_release_undelivered(*, run_id, lease_id: str, event_count: int) -> bool:
+    """Queue again, for any agent, a run whose lease answer never reached its agent (the client of a
+    long-poll went away): only while the run is exactly as leased (the same lease, no event since), so
+    nothing its holder did is undone. The ``released`` event says why; waiting leases are woken."""
+    with transaction.atomic():
+        run = run_lock(run_id)
+        if str(run.lease_id) != lease_id or run.event_count != event_count:
+            return False
+        writer = RunWriter(run, WEB, timezone.now())
+        writer.queue()
+        writer.emit(EventKind.RELEASED, run.current_stage, reason_code="answer_undelivered", data={})
+        writer.flush()
+    return True

@@ -157,3 +157,21 @@ def test_lease_long_poll_returns_a_run_queued_during_the_wait():
     assert empty.status_code == 204
     bad = client_for(token).post("/api/v1/runs/lease/", {"wait_seconds": 31}, format="json")
     assert bad.status_code == 422
+
+
+@pytest.mark.django_db
+def test_a_lease_is_given_back_only_while_the_run_is_as_it_was_answered():
+    """The web tier's give-back of an undelivered lease (stateboard.waits) never undoes what its holder did."""
+    wf = make_workflow(approval_stages=[])
+    run_id = _human_trigger(wf)["id"]
+    leased = AgentDriver(client_for(make_agent()[1]), wf.slug).lease()
+    lease_id, count = leased["lease"]["id"], leased["event_count"]
+    assert not services.lease_release_undelivered(run_id=run_id, lease_id=lease_id, event_count=count - 1)
+    assert not services.lease_release_undelivered(run_id=run_id, lease_id=str(run_id), event_count=count)
+    assert Run.objects.get(id=run_id).lease_owner.startswith("agent:")
+    assert services.lease_release_undelivered(run_id=run_id, lease_id=lease_id, event_count=count)
+    run = Run.objects.get(id=run_id)
+    assert run.lease_owner == "" and run.lease_id is None and run.queued_until is not None
+    released = LedgerEvent.objects.filter(run_id=run_id).order_by("-seq").first()
+    assert (released.kind, released.actor, released.reason_code) == ("released", "system:web", "answer_undelivered")
+    assert AgentDriver(client_for(make_agent()[1]), wf.slug).lease()["id"] == run_id

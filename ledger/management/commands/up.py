@@ -16,7 +16,8 @@ from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 
 from ledger.ops.schedules import periodic_tasks_ensure
-from stateboard.webserver import processes_stop, web_command
+from stateboard.supervise import Watchdog
+from stateboard.webserver import port_served, processes_stop, web_command
 
 
 def _local(host: str) -> str:
@@ -66,6 +67,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc))
         if role:
             return self._one_role(role, processes[role], bind)
+        if port_served(host, port):  # a second `up` would serve beside the first, with a second worker and beat
+            raise CommandError(f"Port {port} on {host} is already served (another `up`?): stop that first, "
+                               "or choose another --port.")
         engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
         self.stdout.write(f"Database: {engine}; broker: {settings.CELERY_BROKER_URL.split('@')[-1]}")
         self.stdout.write("Applying migrations…")
@@ -77,9 +81,10 @@ class Command(BaseCommand):
         if not (os.environ.get("EMAIL_HOST") or os.environ.get("EMAIL_BACKEND")):
             env["EMAIL_BACKEND"] = "django.core.mail.backends.console.EmailBackend"  # notifications on stdout
         signal.signal(signal.SIGTERM, stop_on_sigterm)
+        watchdog = Watchdog(python)  # every child dies with `up`, however it ends (stateboard.supervise)
 
-        def start(name):  # each child leads its own process group, so a kill reaches its workers too
-            return subprocess.Popen(processes[name], env=env, cwd=settings.BASE_DIR, start_new_session=True)
+        def start(name):  # each child leads its own session, so a kill reaches its workers too
+            return watchdog.start(processes[name], env=env, cwd=settings.BASE_DIR)
 
         children = {name: start(name) for name in processes}
         try:
@@ -90,8 +95,7 @@ class Command(BaseCommand):
                 if check:
                     self._demo_once(demo, env)
                 else:
-                    children["demo"] = subprocess.Popen(demo, env=env, cwd=settings.BASE_DIR,  # not restarted
-                                                        start_new_session=True)
+                    children["demo"] = watchdog.start(demo, env=env, cwd=settings.BASE_DIR)  # not restarted
                     self.stdout.write(f"Demo fleet started (pid {children['demo'].pid}); `up --no-demo` skips it.")
             if check:
                 return
@@ -101,12 +105,14 @@ class Command(BaseCommand):
                     code = children[name].poll()
                     if code is not None:
                         self.stderr.write(f"{name} exited with status {code}; restarting it.")
+                        watchdog.forget(children[name])
                         children[name] = start(name)
             self.stderr.write(f"Stopped because web exited with status {children['web'].returncode}.")
         except KeyboardInterrupt:
             self.stdout.write("Stopping…")
         finally:
             processes_stop(list(children.values()), wait=15)
+            watchdog.close()
 
     def _one_role(self, role: str, command: list[str], bind: str) -> None:
         """`up --role`: this one process until it exits (its supervisor restarts it) or SIGTERM / Ctrl-C."""
@@ -128,13 +134,16 @@ class Command(BaseCommand):
         self.stdout.write(f"Stateboard {role}{where}; database and broker shared "
                           f"({settings.CELERY_BROKER_URL.split('@')[-1]}).")
         signal.signal(signal.SIGTERM, stop_on_sigterm)
-        child = subprocess.Popen(command, cwd=settings.BASE_DIR, start_new_session=True)
+        watchdog = Watchdog(sys.executable)
+        child = watchdog.start(command, cwd=settings.BASE_DIR)
         try:
             code = child.wait()
         except KeyboardInterrupt:
             self.stdout.write("Stopping…")
             processes_stop([child], wait=15)
             return
+        finally:
+            watchdog.close()
         raise SystemExit(f"{role} exited with status {code}." if code else 0)
 
     def _demo_once(self, command, env):
