@@ -94,14 +94,24 @@ def throttle_check(policy: Policy, request) -> None:
 
 def access_check(policy: Policy, request, kwargs: dict) -> None:
     """Role, authorizer, the workflow's ``agents``: raise ``Refused`` (403) at the first that fails."""
+    who_check(policy, request, kwargs)
+    agents_check(policy, request, kwargs)
+
+
+def who_check(policy: Policy, request, kwargs: dict) -> None:
+    """The role, then the authorizer on its subject (named by the path: neither reads the body)."""
     user = request.user
     if policy.roles != PUBLIC and not has_role(user, *policy.roles):
         raise Refused("permission_denied", "Your role may not do this.")
     if policy.authorizer is not None:
         subject = policy.subject(request, kwargs) if policy.subject is not None else None
         policy.authorizer(user, subject)
-    if policy.agents is not None and is_agent(user):
-        name = user.get_username()
+
+
+def agents_check(policy: Policy, request, kwargs: dict) -> None:
+    """The ``agents`` of the workflows the request acts on (read from its path or its body)."""
+    if policy.agents is not None and is_agent(request.user):
+        name = request.user.get_username()
         for allowed in policy.agents(request, kwargs):
             if allowed and name not in allowed:
                 raise Refused("agent_not_allowed", "This workflow names the agents that may serve it; "
@@ -152,8 +162,9 @@ class PolicyApi(APIView):
         return super().get_authenticators()
 
     def initial(self, request, *args, **kwargs):
-        """DRF's ``initial`` with the checks in the contract's order: authentication, rate, (the body's
-        parse,) role, authorizer, ``agents`` (DRF alone checks permissions before throttles)."""
+        """DRF's ``initial`` with the checks in the contract's order: authentication, rate, role, authorizer,
+        (the body's parse,) ``agents`` (DRF alone checks permissions before throttles). Who may act is
+        decided from the path; what follows may read the body, so one that does not parse is refused first."""
         self.format_kwarg = self.get_format_suffix(**kwargs)
         neg = self.perform_content_negotiation(request)
         request.accepted_renderer, request.accepted_media_type = neg
@@ -168,8 +179,9 @@ class PolicyApi(APIView):
         throttle_check(policy, request)
         if policy.roles != PUBLIC and not request.user.is_authenticated:
             raise exceptions.NotAuthenticated()
+        who_check(policy, request, kwargs)
         body_parse(request)
-        access_check(policy, request, kwargs)
+        agents_check(policy, request, kwargs)
 
     def handle_exception(self, exc):
         refusal_audit(policy_of(self, self.request.method), exc, self.request, self.kwargs)
@@ -274,8 +286,11 @@ def request_data(request):
 
 
 def request_field(request, name: str) -> str:
-    """A string field of the request's body, "" when absent or unreadable."""
-    data = request_data(request)
+    """A string field of the request's body, "" when absent or unreadable (an audit of a refusal reads it)."""
+    try:
+        data = request_data(request)
+    except (exceptions.ParseError, exceptions.UnsupportedMediaType):
+        return ""
     value = data.get(name, "") if hasattr(data, "get") else ""
     return value if isinstance(value, str) else ""
 

@@ -132,7 +132,7 @@ def conninfo() -> str:
     params = {"dbname": db.get("NAME"), "user": db.get("USER"), "password": db.get("PASSWORD"),
               "host": db.get("HOST"), "port": str(db.get("PORT") or "")}
     params.update({key: value for key, value in (db.get("OPTIONS") or {}).items()
-                   if isinstance(value, (str, int)) and key not in ("client_encoding",)})
+                   if isinstance(value, (str, int)) and key not in ("client_encoding", "prepare_threshold")})
     return make_conninfo(**{key: value for key, value in params.items() if value not in (None, "")})
 
 

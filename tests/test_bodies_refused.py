@@ -2,7 +2,6 @@
 it, on every JSON endpoint: nothing runs as an empty body, nothing is written. The lease body alone
 refuses fields it does not know (a misspelled ``workflows`` would lease any workflow's run)."""
 
-import uuid
 
 import pytest
 from django.conf import settings
@@ -11,6 +10,7 @@ from knowledge.models import Claim
 from ledger.models import AuditEntry, Checkpoint, Goal, LedgerEvent, Run, Workflow
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver
+from tests.ledger.test_approvals import Crew
 
 pytestmark = pytest.mark.django_db
 
@@ -31,13 +31,16 @@ BODIES = {  # raw body: the stable code of its 400
 def world():
     """A queued run (a human triggered it) that any agent could lease, a run an agent holds, and callers."""
     workflow = make_workflow(approval_stages=[], stages=["build"])
-    owner, oncall = (client_for(make_operator(role)[1]) for role in ("owner", "oncall"))
+    owner, oncall, editor = (client_for(make_operator(role)[1]) for role in ("owner", "oncall", "editor"))
     queued = owner.post("/api/v1/runs/", {"workflow": workflow.slug, "inputs": {"v": 1}}, format="json").json()
     assert queued["queued"], queued
     _, agent_token = make_agent()
     agent = AgentDriver(client_for(agent_token), workflow.slug)
     held = agent.trigger(intent="held")
-    return {"owner": owner, "oncall": oncall, "agent": agent.client, "slug": workflow.slug, "queued": queued["id"], "held": held["id"]}
+    crew = Crew()  # a pending approval: who may decide it is known from the path before the body is read
+    approval = crew.request(crew.to_deploy())["id"]
+    return {"owner": owner, "oncall": oncall, "editor": editor, "agent": agent.client, "slug": workflow.slug, "queued": queued["id"],
+            "held": held["id"], "approval": approval}
 
 
 # Every endpoint that takes a JSON body, with a caller that may use it.
@@ -57,8 +60,8 @@ ENDPOINTS = [
     ("oncall", "POST", "/api/v1/runs/{queued}/compensate/"),
     ("oncall", "POST", "/api/v1/runs/{queued}/abandon/"),
     ("owner", "POST", "/api/v1/runs/{queued}/rollback/"),
-    ("owner", "POST", "/api/v1/approvals/{approval}/approve/"),
-    ("owner", "POST", "/api/v1/approvals/{approval}/reject/"),
+    ("editor", "POST", "/api/v1/approvals/{approval}/approve/"),
+    ("editor", "POST", "/api/v1/approvals/{approval}/reject/"),
     ("owner", "POST", "/api/v1/claims/some.key/refresh/"),
     ("owner", "POST", "/api/v1/claims/some.key/accept/"),
     ("owner", "POST", "/api/v1/claims/some.key/invalidate/"),
@@ -73,7 +76,7 @@ def _written():
 
 @pytest.mark.parametrize("caller, method, path", ENDPOINTS, ids=[f"{m} {p}" for _, m, p in ENDPOINTS])
 def test_a_body_that_does_not_parse_is_400_before_anything_reads_it(world, caller, method, path):
-    url = path.format(approval=uuid.uuid4(), **world)
+    url = path.format(**world)
     before = _written()
     for name, (raw, code) in BODIES.items():
         response = world[caller].generic(method, url, raw, content_type="application/json")

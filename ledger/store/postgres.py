@@ -15,6 +15,7 @@ import functools
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
+from django.db.backends.utils import CursorDebugWrapper
 from psycopg import Cursor as ServerBindingCursor
 
 from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
@@ -31,7 +32,15 @@ def _prepared():
     connection.close_if_health_check_failed()  # (as Django's own cursor() does: a restart's dead connection)
     connection.ensure_connection()
     raw = ServerBindingCursor(connection.connection)
-    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+    return _LoggedAsWritten(raw, connection) if connection.queries_logged else connection.make_cursor(raw)
+
+
+class _LoggedAsWritten(CursorDebugWrapper):
+    """Django's query log of a server-binding cursor: the statement as written (psycopg keeps no text of a
+    prepared one for Django's ``last_executed_query``)."""
+
+    def debug_sql(self, sql=None, params=None, use_last_executed_query=False, many=False):
+        return super().debug_sql(sql, params, use_last_executed_query=False, many=many)
 
 
 class PostgresStore(OrmStore):
