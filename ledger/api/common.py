@@ -14,7 +14,7 @@ from rest_framework.generics import ListAPIView
 from rest_framework.pagination import CursorPagination
 
 from ledger import selectors
-from ledger.models import Approval, Run, RunKey, Workflow
+from ledger.models import Approval, Run, RunKey
 from ledger.services.audit import audit_record
 from ledger.store import store
 from stateboard.errors import Invalid, NotFound
@@ -147,7 +147,7 @@ def approval_of_path(request, kwargs) -> Approval:
 
 
 def _agents_of(slugs) -> list[list[str]]:
-    return [agents for agents in Workflow.objects.filter(slug__in=slugs).values_list("agents", flat=True)]
+    return list(store().workflows_agents(slugs).values())
 
 
 def run_peek_of(request, kwargs) -> Run | None:
@@ -187,7 +187,7 @@ def lease_workflows_of(request) -> dict[str, list[str]]:
         if not isinstance(slugs, list) or not slugs or not all(isinstance(s, str) for s in slugs):
             request.lease_workflows = {}
         else:
-            request.lease_workflows = dict(Workflow.objects.filter(slug__in=slugs).values_list("slug", "agents"))
+            request.lease_workflows = store().workflows_agents(slugs)
     return request.lease_workflows
 
 

@@ -12,13 +12,14 @@ from django.utils import timezone
 from knowledge.selectors import store_version as knowledge_store_version
 from ledger.domain import recovery
 from ledger import selectors
-from ledger.models import (HOLDING_STATES, LEASED_STATES, Checkpoint, Effect, EffectKey, EventKind, Run, RunKey,
+from ledger.models import (HOLDING_STATES, LEASED_STATES, Checkpoint, EffectKey, EventKind, Run,
                            Trigger, Workflow)
 from ledger.ops.schedules import SLOT_FORMAT
 from ledger.services.escalations import escalation_raise
 from ledger.services.versions import goal_latest_version
-from ledger.services.writer import (RunWriter, input_fingerprint, intent_lock, lease_expired, lease_fail, run_lock,
+from ledger.services.writer import (RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock,
                                     workflow_spec)
+from ledger.store import store
 from stateboard.canonical import canonical_json
 from stateboard.errors import Conflict, Invalid
 
@@ -190,20 +191,13 @@ def decision_apply(writer: RunWriter, inp: recovery.RecoveryInput, context: dict
 _UNREAD = object()
 
 
-def run_by_trigger_key(keys) -> Run | None:
-    """The run (with its workflow) of the run key ``keys`` finds: the key first, then the run by id and intent,
-    so one partition is read (and nothing but the key table when the trigger key is new)."""
-    found = keys.values_list("run_id", "intent").first()
-    return Run.objects.select_related("workflow").filter(id=found[0], intent=found[1]).first() if found else None
-
-
 def _trigger_key_run(workflow_slug: str, *, trigger_key: str, intent: str, inputs, trigger: str,
                      staged: bool, existing=_UNREAD) -> Run | None:
     """The run (with its workflow, one read) this trigger key already made if it is the same trigger (same
     intent and inputs, and the same kind: staged or real), None if the key is unused; refused if it was
     used otherwise. ``existing``: that run (or None) already read, with its workflow."""
     if existing is _UNREAD:
-        existing = run_by_trigger_key(RunKey.objects.filter(workflow__slug=workflow_slug, trigger_key=trigger_key))
+        existing = store().run_by_trigger_key(workflow_slug, trigger_key)
     if existing is not None and existing.intent == intent and existing.staged == staged \
             and canonical_json(existing.inputs) == canonical_json(inputs):
         return existing
@@ -265,17 +259,16 @@ def workflow_active_require(workflow: Workflow) -> None:
 
 def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigger: str, trigger_key: str | None,
                         env_fingerprint: str, actor: str, staged: bool) -> tuple[Run, bool]:
-    workflow = Workflow.objects.filter(slug=workflow_slug).first()
-    if workflow is None:
-        raise Invalid("unknown_workflow", f"No workflow with slug {workflow_slug!r}.")
-    intent = intent or workflow.slug
     if trigger not in Trigger.values:
         raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")
+    intent = intent or workflow_slug
+    workflow = store().workflow_read_intent_locked(workflow_slug, intent)  # (``intent_lock``'s lock)
+    if workflow is None:
+        raise Invalid("unknown_workflow", f"No workflow with slug {workflow_slug!r}.")
     keyed = bool(trigger_key)
     trigger_key = trigger_key or f"{trigger}:{uuid.uuid4()}"
-    intent_lock(workflow.id, intent)  # then what its previous holder may have committed
     if keyed:
-        keyed_run = run_by_trigger_key(RunKey.objects.filter(workflow=workflow, trigger_key=trigger_key))
+        keyed_run = store().run_by_trigger_key(workflow.slug, trigger_key)
         if keyed_run is not None:
             keyed_run.workflow = workflow
         existing = _trigger_key_run(workflow.slug, trigger_key=trigger_key, intent=intent, inputs=inputs,

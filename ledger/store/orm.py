@@ -10,7 +10,7 @@ import uuid
 
 from django.db import IntegrityError, transaction
 
-from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, Workflow
+from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
 
 
 class OrmStore:
@@ -21,6 +21,13 @@ class OrmStore:
 
     def intent_lock(self, workflow_id: int, intent: str) -> None:
         """Serialise this transaction with every other writer of (workflow, intent)."""
+
+    def workflow_read_intent_locked(self, slug: str, intent: str) -> Workflow | None:
+        """The workflow by slug, with ``intent_lock`` taken on (workflow, intent) when it exists."""
+        workflow = Workflow.objects.filter(slug=slug).first()
+        if workflow is not None:
+            self.intent_lock(workflow.id, intent)
+        return workflow
 
     def queued_announce(self, workflow_slug: str) -> None:
         """Tell waiting lease calls, once the transaction commits, that a run of the workflow is queued
@@ -36,6 +43,17 @@ class OrmStore:
     def runs_by_id(self, run_id: uuid.UUID, intent: str | None = None):
         """The queryset of the run with this id (``intent``: the run's, when the caller knows it)."""
         return Run.objects.filter(id=run_id)
+
+    def workflows_agents(self, slugs: list[str]) -> dict[str, list[str]]:
+        """{slug: agents} of the workflows among ``slugs`` that exist (the pipeline's ``agents`` hooks)."""
+        return dict(Workflow.objects.filter(slug__in=slugs).values_list("slug", "agents"))
+
+    def run_by_trigger_key(self, workflow_slug: str, trigger_key: str) -> Run | None:
+        """The run (with its workflow and inputs) a workflow's trigger key made, if any: the key first, then
+        the run by id and intent, so one partition is read."""
+        found = RunKey.objects.filter(workflow__slug=workflow_slug, trigger_key=trigger_key).values_list(
+            "run_id", "intent").first()
+        return Run.objects.select_related("workflow").filter(id=found[0], intent=found[1]).first() if found else None
 
     def run_peek(self, run_id: uuid.UUID) -> Run | None:
         """The run with its workflow, unlocked (a read of the pipeline's: the run's key and ``agents``). Where

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -57,6 +58,13 @@ class PostgresStore(OrmStore):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", [intent, workflow_id])
 
+    def workflow_read_intent_locked(self, slug: str, intent: str) -> Workflow | None:
+        """One statement: the workflow, and ``intent_lock``'s lock taken on it (a trigger's first two)."""
+        with _prepared() as cursor:
+            cursor.execute(_WORKFLOW_LOCKED, [intent, slug])
+            row = cursor.fetchone()
+        return _WORKFLOW.instance(row[:-1]) if row else None
+
     def token_read(self, key_hash: str) -> tuple[ApiToken | None, list[str]]:
         """One statement: the token, its user and the user's group names (an array subquery)."""
         with _prepared() as cursor:
@@ -84,6 +92,22 @@ class PostgresStore(OrmStore):
             cursor.execute(_INTENT_OF, [run_id])
             row = cursor.fetchone()
         return row[0] if row else None
+
+    def workflows_agents(self, slugs: list[str]) -> dict[str, list[str]]:
+        with _prepared() as cursor:
+            cursor.execute(_WORKFLOWS_AGENTS, [list(slugs)])
+            return {slug: json.loads(agents) for slug, agents in cursor.fetchall()}  # (jsonb comes as text)
+
+    def run_by_trigger_key(self, workflow_slug: str, trigger_key: str) -> Run | None:
+        """One statement through the key table."""
+        with _prepared() as cursor:
+            cursor.execute(_BY_TRIGGER_KEY, [workflow_slug, trigger_key])
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        run = _RUN_WITH_INPUTS.instance(row[:len(_RUN_WITH_INPUTS.fields)])
+        run.workflow = _WORKFLOW.instance(row[len(_RUN_WITH_INPUTS.fields):])
+        return run
 
     def run_peek(self, run_id) -> Run | None:
         """One statement through the run's key: the run with its workflow, unlocked, and its row version."""
@@ -264,13 +288,17 @@ class _Columns:
         self.select = ", ".join(f'{alias}."{f.column}"' for f in self.fields)
         self.table = f'"{model._meta.db_table}" {alias}'
 
+    @functools.cached_property
+    def converters(self) -> list[tuple[int, list]]:
+        """(position, converters) of the fields whose values need converting (most need none)."""
+        return [(i, found) for i, field in enumerate(self.fields) if (found := field.get_db_converters(connection))]
+
     def instance(self, values):
-        converted = []
-        for field, value in zip(self.fields, values):
-            for convert in field.get_db_converters(connection):
-                value = convert(value, field, connection)
-            converted.append(value)
-        return self.model.from_db(DEFAULT_DB_ALIAS, self.attnames, converted)
+        values = list(values)
+        for i, converters in self.converters:
+            for convert in converters:
+                values[i] = convert(values[i], self.fields[i], connection)
+        return self.model.from_db(DEFAULT_DB_ALIAS, self.attnames, values)
 
 
 _RUN, _WORKFLOW = _Columns(Run, "r", exclude=("inputs",)), _Columns(Workflow, "w")
@@ -283,6 +311,11 @@ _EVENT_LOOKUP = (f', (SELECT e."id" FROM "{LedgerEvent._meta.db_table}" e WHERE 
 
 
 _RUN_END = len(_RUN.fields) + len(_WORKFLOW.fields)
+_RUN_WITH_INPUTS = _Columns(Run, "r")
+_BY_TRIGGER_KEY = (f'SELECT {_RUN_WITH_INPUTS.select}, {_WORKFLOW.select} FROM "{RunKey._meta.db_table}" k '
+                   f'JOIN {_WORKFLOW.table} ON w."id" = k."workflow_id" '
+                   f'JOIN {_RUN.table} ON r."id" = k."run_id" AND r."intent" = k."intent" '
+                   f'WHERE w."slug" = %s AND k."trigger_key" = %s')
 _RUN_PEEK = (f'SELECT {_RUN.select}, {_WORKFLOW.select}, r.xmin::text FROM "{RunKey._meta.db_table}" k '
              f'JOIN {_RUN.table} ON r."id" = k."run_id" AND r."intent" = k."intent" '
              f'JOIN {_WORKFLOW.table} ON w."id" = r."workflow_id" WHERE k."run_id" = %s')
@@ -314,6 +347,9 @@ def _run_of(row, *, version: bool = False) -> Run:
     return run
 
 
+_WORKFLOW_LOCKED = (f'SELECT {_WORKFLOW.select}, pg_advisory_xact_lock(hashtextextended(%s, w."id")) '
+                    f'FROM {_WORKFLOW.table} WHERE w."slug" = %s')
+_WORKFLOWS_AGENTS = f'SELECT "slug", "agents" FROM "{Workflow._meta.db_table}" WHERE "slug" = ANY(%s)'
 _QUEUED_SELECT = (f'SELECT {_RUN.select}, {_WORKFLOW.select} FROM {_RUN.table} JOIN {_WORKFLOW.table} '
                   f'ON w."id" = r."workflow_id" WHERE r."queued_until" > %s AND r."state" = ANY(%s) '
                   f'AND (%s::text[] IS NULL OR w."slug" = ANY(%s::text[])) '
