@@ -291,8 +291,6 @@ def _on_corrected(app: _Append, event: LedgerEvent) -> None:
         raise Invalid("invalid_correction", "A correction needs data.corrects: the seq of an earlier event of this run.")
 
 
-
-
 def event_append(*, run_id, body: dict, actor: str, intent: str | None = None,
                  run: Run | None = None) -> tuple[LedgerEvent, bool]:
     """Append an agent's event; returns (event, created). A retried client_event_id returns the original.
