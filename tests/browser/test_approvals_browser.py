@@ -78,3 +78,30 @@ def test_a_viewer_sees_no_buttons(live_server, page, log_in, two_requests):
     expect(row(page, approval)).to_be_visible()
     expect(page.locator("[data-action]")).to_have_count(0)
     expect(page.locator("#approval-table form")).to_have_count(0)
+
+
+def test_a_reason_typed_at_human_speed_survives_the_refresh_and_no_page_logs_an_error(
+        live_server, page, log_in, two_requests):
+    """The inbox refreshes every 5 s, but not while someone types in it: a reason typed over 12 s stays,
+    and Reject then sends it. The Content-Security-Policy forbids eval, so the pause lives in app.js (an
+    htmx trigger filter would be dropped, with an EvalError on every poll)."""
+    errors = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    (_, approval), _ = two_requests
+    log_in("editor")
+    page.click("nav >> text=Approvals")
+    reason = row(page, approval).locator("[data-reject-reason]")
+    reason.click()
+    reason.press_sequentially("not before the audit", delay=600, timeout=30000)  # 20 keys over 12 s: two polls
+    page.wait_for_timeout(5500)  # and one more poll while it sits typed
+    expect(reason).to_have_value("not before the audit")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    row(page, approval).locator("[data-action=reject]").click()
+    expect(row(page, approval)).to_have_attribute("data-status", "rejected")
+    assert Approval.objects.get(id=approval["id"]).reason == "not before the audit"
+    for path in ("/approvals/", "/oncall/", "/"):
+        page.goto(f"{live_server.url}{path}")
+        page.wait_for_timeout(5600)  # past a poll
+    assert errors == [], errors

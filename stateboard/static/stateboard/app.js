@@ -61,17 +61,27 @@
     document.querySelectorAll(selector).forEach(function (box) { box.checked = all.checked; });
   });
 
-  // Self-refreshing sections poll only while nobody is typing or selecting in them.
-  window.stateboardIdle = function (section) {
+  // Self-refreshing sections (data-refresh-when-idle) poll only while nobody is typing, selecting or
+  // reading in them: the poll is cancelled before it is sent. (htmx's trigger filters, "every 5s [...]",
+  // need eval, which the Content-Security-Policy forbids: the browser dropped the filter.)
+  function idle(section) {
     var box = errorBox();
     if (box && !box.hidden) { return false; }  // let the user read the refusal before the rows move
     var active = document.activeElement;
     if (active && section.contains(active) && /INPUT|TEXTAREA|SELECT/.test(active.tagName)) { return false; }
+    if (section.querySelector("details[open]")) { return false; }  // an evidence pack being read
     var busy = false;
     section.querySelectorAll("input[type=text], textarea").forEach(function (f) { if (f.value) { busy = true; } });
-    document.querySelectorAll("input[name=run]:checked").forEach(function () { busy = true; });
+    section.querySelectorAll("input[type=checkbox]:checked").forEach(function () { busy = true; });
+    document.querySelectorAll("input[name=run]:checked").forEach(function () { busy = true; });  // bulk rows
     return !busy;
-  };
+  }
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail && event.detail.elt;
+    if (elt && elt.hasAttribute && elt.hasAttribute("data-refresh-when-idle") && !idle(elt)) {
+      event.preventDefault();
+    }
+  });
 
   // Times chosen as "local": the server sends UTC; the browser knows its own zone.
   function localTimes(root) {
