@@ -1,6 +1,7 @@
 """Small builders for tests: users in roles, agents with tokens, workflows, API and page clients."""
 
 import itertools
+import re
 
 from django.db import connection
 from django.test import Client
@@ -42,6 +43,9 @@ def client_for(token: str | None) -> APIClient:
 
 
 HX = {"HTTP_HX_REQUEST": "true"}  # a page request as htmx sends it
+
+# An asset a page would load from a CDN (a URL naming one), not the letters "cdn" inside a random token.
+OUTSIDE_ASSET = re.compile(r"(?:https?:)?//[^\s\"'<>]*(?:cdn|unpkg|jsdelivr|googleapis)", re.IGNORECASE)
 
 
 def page_client(user) -> Client:

@@ -12,6 +12,7 @@ from tests.browser.scenarios import (
     agent_driver, approval_workflow, awaiting_approval_run, completed_run, escalated_run, escalation_workflow,
 )
 from tests.factories import HX, assert_queries_flat, login, make_operator, make_workflow, page_queries, texts
+from tests.factories import OUTSIDE_ASSET
 
 pytestmark = pytest.mark.django_db
 
@@ -73,7 +74,7 @@ def test_base_layout_serves_htmx_locally_with_csrf_header_and_nav():
     viewer, _ = login("viewer")
     html = texts(viewer.get(reverse("dashboard")))
     assert "/static/django_htmx/htmx-2.min.js" in html
-    assert "unpkg.com" not in html and "cdn" not in html.lower()
+    assert "unpkg.com" not in html and not OUTSIDE_ASSET.search(html)
     assert "/static/stateboard/app.js" in html and "/static/stateboard/app.css" in html
     assert 'hx-headers=\'{"X-CSRFToken": "' in html
     assert 'id="htmx-error"' in html
