@@ -57,27 +57,3 @@ def test_dashboard_needs_a_human_first_and_recent_runs_stay_in_their_card(live_s
     shots = Path(os.environ.get("STATEBOARD_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
-
-
-def test_ticked_rows_survive_the_refresh_and_the_bulk_action_acts_on_them(live_server, page, log_in):
-    """On-call refreshes every 5 s, but not while rows are ticked: two polls later the boxes are still
-    ticked, and the bulk retry acts on both (before, each poll replaced the table and unticked them)."""
-    errors = []
-    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    agent = agent_driver(escalation_workflow())
-    runs = [escalated_run(agent, f"ticked-{n}")[1] for n in range(2)]
-    log_in("oncall")
-    page.goto(f"{live_server.url}/oncall/")
-    for run in runs:
-        page.locator(f"#oncall-{run['id']} input[name=run]").check()
-    page.wait_for_timeout(11_000)  # two polls' worth
-    for run in runs:
-        expect(page.locator(f"#oncall-{run['id']} input[name=run]")).to_be_checked()
-    page.locator("[data-preview]").click()
-    preview = page.locator("#oncall-preview")
-    expect(preview.locator("[data-preview-run]")).to_have_count(2)
-    page.once("dialog", lambda dialog: dialog.accept())
-    preview.locator("[data-confirm]").click()
-    expect(page.locator("#oncall-table")).to_contain_text("Retry: 2 done, 0 refused.")
-    assert errors == [], errors
