@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -16,10 +18,11 @@ from ledger.models import (HOLDING_STATES, LEASED_STATES, Checkpoint, EffectKey,
                            Trigger, Workflow)
 from ledger.ops.schedules import SLOT_FORMAT
 from ledger.services.escalations import escalation_raise
-from ledger.services.versions import goal_latest_version
+from ledger.services.versions import goals_latest
 from ledger.services.writer import (RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock,
                                     workflow_spec)
 from ledger.store import store
+from ledger.store.reads import Reads
 from stateboard.canonical import canonical_json
 from stateboard.errors import Conflict, Invalid
 
@@ -45,18 +48,18 @@ def _checkpoint_info(cp: Checkpoint | None, previous: Checkpoint | None, now: da
     )
 
 
-def _failed_runs_rows(*, workflow_id: int, intent: str, fingerprint: str) -> list[tuple]:
-    """(state, ended_at, retried_at) of the runs of this intent and fingerprint that failed or were
-    retried (partial index ``run_failed_or_retried``). A queued run no agent leased never ran: it does
+def _failed_runs(*, workflow_id: int, intent: str, fingerprint: str):
+    """(state, ended_at, retried_at, ended_reason) of the runs of this intent and fingerprint that failed or
+    were retried (partial index ``run_failed_or_retried``). A queued run no agent leased never ran: it does
     not count."""
     failed = Q(state="failed") & ~Q(ended_reason="not_leased")
-    return list(Run.objects.filter(failed | Q(retried_at__isnull=False), workflow_id=workflow_id, intent=intent,
-                                   input_fingerprint=fingerprint, staged=False)
-                .values_list("state", "ended_at", "retried_at", "ended_reason"))
+    return (Run.objects.filter(failed | Q(retried_at__isnull=False), workflow_id=workflow_id, intent=intent,
+                               input_fingerprint=fingerprint, staged=False)
+            .values_list("state", "ended_at", "retried_at", "ended_reason"))
 
 
 def _failed_runs_since_progress(rows: list[tuple], checkpoint: Checkpoint | None) -> int:
-    """Of ``_failed_runs_rows``, those that ended failed since the later of the latest checkpoint and the
+    """Of ``_failed_runs`` rows, those that ended failed since the later of the latest checkpoint and the
     latest on-call retry. A run that failed ``not_leased`` never ran (retried, then nobody took it): it does
     not count (SPEC §3)."""
     moments = [retried for _, _, retried, _ in rows if retried is not None]
@@ -67,23 +70,54 @@ def _failed_runs_since_progress(rows: list[tuple], checkpoint: Checkpoint | None
                and (since is None or (ended and ended > since)))
 
 
+def _recovery_querysets(*, workflow_id: int, intent: str, fingerprint: str, holding_locked: int) -> list:
+    real = selectors.checkpoints_trusted().filter(workflow_id=workflow_id, intent=intent, staged=False)
+    querysets = [real.order_by("-id")[:2], real.filter(input_fingerprint=fingerprint).order_by("-id")[:1],
+                 selectors.effects_of(workflow_id=workflow_id, intent=intent, fingerprint=fingerprint)
+                 .values_list("idempotency_key", "stage", "status", "run_id"),
+                 _failed_runs(workflow_id=workflow_id, intent=intent, fingerprint=fingerprint)]
+    return querysets if not holding_locked else [_holding(workflow_id=workflow_id, intent=intent, lock=True), *querysets]
+
+
+_RECOVERY_READS = Reads(functools.partial(_recovery_querysets, holding_locked=False), workflow_id=int, intent=str,
+                        fingerprint=str)
+_TRIGGER_READS = Reads(functools.partial(_recovery_querysets, holding_locked=True), workflow_id=int, intent=str,
+                       fingerprint=str)
+_GOAL_READ = Reads(lambda *, intent, slug: [goals_latest(intent=intent, workflow__slug=slug)], intent=str, slug=str)
+
+
+@dataclass(frozen=True)
+class RecoveryReads:
+    """What a decision reads of (workflow, intent, fingerprint) besides the holding runs."""
+    latest_two: list[Checkpoint]
+    same_fingerprint: Checkpoint | None
+    effect_rows: list[tuple]
+    failed_rows: list[tuple]
+
+
+def recovery_reads(*, workflow: Workflow, intent: str, fingerprint: str, holding_locked: bool = False):
+    """L2/L3 of (workflow, intent) as a decision reads them, in one round trip: (the intent's holding runs,
+    locked, when ``holding_locked``; else None) and ``RecoveryReads``. Staged runs are invisible here: their
+    checkpoints, failed runs and holding never count (they write no effects)."""
+    rows = store().reads(_TRIGGER_READS if holding_locked else _RECOVERY_READS, workflow_id=workflow.id,
+                         intent=intent, fingerprint=fingerprint)
+    holding = _with_workflow(rows.pop(0), workflow) if holding_locked else None
+    latest_two, same_fp, effect_rows, failed_rows = rows
+    return holding, RecoveryReads(latest_two, same_fp[0] if same_fp else None, effect_rows, failed_rows)
+
+
 def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, policy_version: str,
                           env_fingerprint: str, others: list[Run], now: datetime,
-                          reopened: str = "") -> tuple[recovery.RecoveryInput, dict]:
-    """Read L2/L3 for (workflow, intent) into the plain data the pure decision needs: indexed reads,
-    sent together (one round trip, and one more only when the latest checkpoint observed effects).
-    Staged runs are invisible here: their checkpoints, failed runs and holding never count (they
-    write no effects)."""
-    real = selectors.checkpoints_trusted().filter(workflow_id=workflow.id, intent=intent, staged=False)
-    latest_two = list(real.order_by("-id")[:2])
-    same_fp = real.filter(input_fingerprint=fingerprint).order_by("-id").first()
-    effect_rows = (selectors.effects_of(workflow_id=workflow.id, intent=intent, fingerprint=fingerprint)
-                   .values_list("idempotency_key", "stage", "status", "run_id"))
-    failed_rows = _failed_runs_rows(workflow_id=workflow.id, intent=intent, fingerprint=fingerprint)
+                          reopened: str = "", reads: RecoveryReads | None = None) -> tuple[recovery.RecoveryInput, dict]:
+    """The plain data the pure decision needs, from ``recovery_reads`` (read here unless given), and one more
+    round trip only when the latest checkpoint observed effects."""
+    if reads is None:
+        _, reads = recovery_reads(workflow=workflow, intent=intent, fingerprint=fingerprint)
+    latest_two, same_fp = reads.latest_two, reads.same_fingerprint
     latest = latest_two[0] if latest_two else None
     effects = [recovery.EffectInfo(key=key, stage=stage, status=status, run_id=str(run_id))
-               for key, stage, status, run_id in effect_rows]
-    failed_count = _failed_runs_since_progress(failed_rows, same_fp)
+               for key, stage, status, run_id in reads.effect_rows]
+    failed_count = _failed_runs_since_progress(reads.failed_rows, same_fp)
     existing_keys: frozenset[str] = frozenset()
     store_version = 0
     if latest is not None and latest.input_fingerprint == fingerprint:
@@ -111,19 +145,22 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
     return inp, context
 
 
+def _holding(*, workflow_id: int, intent: str, lock: bool, exclude=None):
+    runs = selectors.intent_holding_runs(workflow=workflow_id, intent=intent).order_by("id")
+    if exclude is not None:
+        runs = runs.exclude(id=exclude)
+    return runs.select_for_update() if lock else runs
+
+
+def _with_workflow(runs: list[Run], workflow: Workflow) -> list[Run]:
+    for run in runs:
+        run.workflow = workflow
+    return runs
 
 
 def holding_runs(*, workflow: Workflow, intent: str, lock: bool = False, exclude=None) -> list[Run]:
     """``selectors.intent_holding_runs`` as a trigger reads them (locked with ``lock``), with their workflow."""
-    runs = selectors.intent_holding_runs(workflow=workflow, intent=intent).order_by("id")
-    if exclude is not None:
-        runs = runs.exclude(id=exclude)
-    if lock:
-        runs = runs.select_for_update()
-    found = list(runs)
-    for run in found:
-        run.workflow = workflow
-    return found
+    return _with_workflow(list(_holding(workflow_id=workflow.id, intent=intent, lock=lock, exclude=exclude)), workflow)
 
 
 def dead_leases_expire(*, workflow: Workflow, intent: str, now: datetime, exclude=None,
@@ -262,7 +299,8 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
     if trigger not in Trigger.values:
         raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")
     intent = intent or workflow_slug
-    workflow = store().workflow_read_intent_locked(workflow_slug, intent)  # (``intent_lock``'s lock)
+    workflow, rows = store().workflow_read_intent_locked(  # the goal read under ``intent_lock``'s lock
+        workflow_slug, intent, _GOAL_READ, intent=intent, slug=workflow_slug)
     if workflow is None:
         raise Invalid("unknown_workflow", f"No workflow with slug {workflow_slug!r}.")
     keyed = bool(trigger_key)
@@ -278,7 +316,7 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
     workflow_active_require(workflow)
 
     now = timezone.now()
-    goal_version = goal_latest_version(workflow_id=workflow.id, intent=intent)
+    goal_version = rows[0][0] if rows[0] else None
     fingerprint = input_fingerprint(workflow_slug=workflow.slug, intent=intent, inputs=inputs,
                                     policy_version=workflow.policy_version, goal_version=goal_version)
     if staged:
@@ -287,10 +325,13 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
                                      reopened="staged")
         context = {"checkpoints": {}, "retry_count": 0}
     else:
-        others = dead_leases_expire(workflow=workflow, intent=intent, now=now, runs=holding_runs(workflow=workflow, intent=intent, lock=True))
+        holding, reads = recovery_reads(workflow=workflow, intent=intent, fingerprint=fingerprint, holding_locked=True)
+        others = dead_leases_expire(workflow=workflow, intent=intent, now=now, runs=holding)
+        if len(others) < len(holding):  # a lease lapsed: its run failed just now, so read its failure too
+            reads = None
         inp, context = recovery_input_gather(workflow=workflow, intent=intent, fingerprint=fingerprint,
-                                             policy_version=workflow.policy_version,
-                                             env_fingerprint=env_fingerprint, others=others, now=now)
+                                             policy_version=workflow.policy_version, env_fingerprint=env_fingerprint,
+                                             others=others, now=now, reads=reads)
     run = Run(workflow=workflow, intent=intent, trigger=trigger, trigger_key=trigger_key, inputs=inputs,
               input_fingerprint=fingerprint, policy_version=workflow.policy_version,
               env_fingerprint=env_fingerprint, state="captured", triggered_by=actor, created_at=now,

@@ -14,8 +14,12 @@ from ledger.models import Goal, StageGeneration
 
 def goal_latest_version(*, workflow_id: int, intent: str) -> int | None:
     """The intent's latest goal version, or None when it has none."""
-    return (Goal.objects.filter(workflow_id=workflow_id, intent=intent).order_by("-version")
-            .values_list("version", flat=True).first())
+    return next(iter(goals_latest(intent=intent, workflow_id=workflow_id)), None)
+
+
+def goals_latest(*, intent: str, **workflow):
+    """The intent's latest goal version as a queryset of at most one (``workflow_id=`` or ``workflow__slug=``)."""
+    return Goal.objects.filter(intent=intent, **workflow).order_by("-version").values_list("version", flat=True)[:1]
 
 
 def stage_generation(*, workflow_id: int, intent: str, fingerprint: str, stage: str) -> int:

@@ -11,6 +11,7 @@ import uuid
 from django.db import IntegrityError, transaction
 
 from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
+from ledger.store.reads import Reads
 
 
 class OrmStore:
@@ -22,12 +23,21 @@ class OrmStore:
     def intent_lock(self, workflow_id: int, intent: str) -> None:
         """Serialise this transaction with every other writer of (workflow, intent)."""
 
-    def workflow_read_intent_locked(self, slug: str, intent: str) -> Workflow | None:
-        """The workflow by slug, with ``intent_lock`` taken on (workflow, intent) when it exists."""
+    def workflow_read_intent_locked(self, slug: str, intent: str, then: Reads | None = None, /,
+                                    **values) -> tuple[Workflow | None, list[list]]:
+        """The workflow by slug, with ``intent_lock`` taken on (workflow, intent) when it exists, and ``then``'s
+        rows (``reads``) read after the lock is held (none when the workflow does not exist)."""
         workflow = Workflow.objects.filter(slug=slug).first()
-        if workflow is not None:
-            self.intent_lock(workflow.id, intent)
-        return workflow
+        if workflow is None:
+            return None, []
+        self.intent_lock(workflow.id, intent)
+        return workflow, self.reads(then, **values) if then is not None else []
+
+    def reads(self, reads: Reads, /, **values) -> list[list]:
+        """The rows of each of ``reads``' querysets for these values (model instances, or a ``values_list``'s
+        tuples or values), in order; a store may send them in one round trip, each statement seeing what was
+        committed before it ran."""
+        return [list(queryset) for queryset in reads.querysets(values)]
 
     def queued_announce(self, workflow_slug: str) -> None:
         """Tell waiting lease calls, once the transaction commits, that a run of the workflow is queued

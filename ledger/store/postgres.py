@@ -21,6 +21,7 @@ from psycopg import Cursor as ServerBindingCursor
 
 from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
 from ledger.store.orm import OrmStore
+from ledger.store.reads import Reads
 from stateboard.waits import CHANNEL
 
 
@@ -58,12 +59,36 @@ class PostgresStore(OrmStore):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", [intent, workflow_id])
 
-    def workflow_read_intent_locked(self, slug: str, intent: str) -> Workflow | None:
-        """One statement: the workflow, and ``intent_lock``'s lock taken on it (a trigger's first two)."""
-        with _prepared() as cursor:
-            cursor.execute(_WORKFLOW_LOCKED, [intent, slug])
-            row = cursor.fetchone()
-        return _WORKFLOW.instance(row[:-1]) if row else None
+    def workflow_read_intent_locked(self, slug: str, intent: str, then: Reads | None = None, /,
+                                    **values) -> tuple[Workflow | None, list[list]]:
+        """One round trip: the workflow with ``intent_lock``'s lock taken on it, then ``then``'s statements
+        (each a statement of its own, so it reads with a snapshot taken once the lock is held)."""
+        found, *rows = self._together([(_WORKFLOW_LOCKED, [intent, slug])], then, values)
+        if not found:
+            return None, []
+        return _WORKFLOW.instance(found[0][:-1]), rows
+
+    def reads(self, reads: Reads, /, **values) -> list[list]:
+        """One round trip: the statements compiled once (``reads.Compiled``) with these values."""
+        return self._together([], reads, values)
+
+    def _together(self, statements: list[tuple[str, list]], reads: Reads | None, values: dict) -> list[list]:
+        """The statements, then ``reads``', sent as one on Django's client-binding cursor (PostgreSQL runs them
+        one after another); each one's rows, ``reads``' as their querysets would give them."""
+        compiled = reads.compiled() if reads is not None else None
+        if compiled is not None:
+            if set(values) != set(reads.kinds):
+                raise TypeError(f"Reads take exactly {sorted(reads.kinds)}, not {sorted(values)}.")
+            statements = [*statements, compiled.sql_and_params(values)]
+        with connection.cursor() as cursor:
+            cursor.execute("; ".join(sql for sql, _ in statements), [p for _, params in statements for p in params])
+            results = [cursor.fetchall()]
+            while cursor.nextset():
+                results.append(cursor.fetchall())
+        if compiled is None:
+            return results
+        mine = len(results) - len(compiled.shapes)
+        return results[:mine] + [shape.rows(rows) for shape, rows in zip(compiled.shapes, results[mine:])]
 
     def token_read(self, key_hash: str) -> tuple[ApiToken | None, list[str]]:
         """One statement: the token, its user and the user's group names (an array subquery)."""

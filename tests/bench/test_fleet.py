@@ -22,4 +22,7 @@ def test_bench_fleet_steps_agents_and_prints_the_capacity(bench_command):
     steps = re.findall(r"N=\s*(\d+): appends\s+(\d+) p95\s+([\d.]+) ms.*errors (\d+)", stdout)
     assert [n for n, *_ in steps] == ["4", "8"], stdout
     assert all(int(appends) > 0 and float(p95) > 0 and errors == "0" for _, appends, p95, errors in steps), stdout
-    assert re.search(r"fleet capacity \(append p95 ≤ 50 ms, no error\)\s*\| \d+ agents", stdout), stdout
+    per_request = re.findall(r"per request: web CPU ([\d.]+) ms, database CPU ([\d.]+) ms", stdout)
+    assert len(per_request) == 2 and all(float(web) > 0 for web, _ in per_request), stdout
+    assert re.search(r"fleet capacity \(append p95 ≤ 50 ms, trigger p95 ≤ 100 ms, lease wait p95 ≤ 1 s, no error\)"
+                     r"\s*\| \d+ agents", stdout), stdout
