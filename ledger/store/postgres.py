@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
+import re
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
 from django.db.backends.utils import CursorDebugWrapper
-from psycopg import Cursor as ServerBindingCursor
+from psycopg import RawCursor
 
 from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
 from ledger.store.orm import OrmStore
@@ -33,8 +35,25 @@ def _prepared():
     after ``prepare_threshold`` runs (settings; Django's own cursors bind on the client and never are)."""
     connection.close_if_health_check_failed()  # (as Django's own cursor() does: a restart's dead connection)
     connection.ensure_connection()
-    raw = ServerBindingCursor(connection.connection)
+    raw = _NumberedCursor(connection.connection)
     return _LoggedAsWritten(raw, connection) if connection.queries_logged else connection.make_cursor(raw)
+
+
+class _NumberedCursor(RawCursor):
+    """The store's statements, written with ``%s``, sent with PostgreSQL's own ``$n`` placeholders numbered
+    once per text: psycopg parses a statement's placeholders on every call once it has more than 50
+    parameters (an append's write has ~60), which cost a seventh of an append's CPU."""
+
+    def execute(self, query, params=None, **kwargs):
+        return super().execute(_numbered(query), params, **kwargs)
+
+
+@functools.lru_cache(maxsize=1024)  # the store's statements: a few dozen texts
+def _numbered(query: str) -> str:
+    if "%" in query.replace("%s", ""):
+        raise ValueError("The store's statements hold no % but their %s placeholders.")
+    numbers = itertools.count(1)
+    return re.sub("%s", lambda _: f"${next(numbers)}", query)
 
 
 class _LoggedAsWritten(CursorDebugWrapper):

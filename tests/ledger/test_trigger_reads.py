@@ -87,3 +87,12 @@ def test_a_trigger_waiting_on_the_intents_lock_reads_the_goal_committed_meanwhil
     first.join(10), second.join(10)
     assert Goal.objects.filter(workflow=wf, intent="target").count() == 1
     assert decided == {"goal": 1}
+
+
+@pytest.mark.postgres
+def test_the_stores_statements_are_numbered_once_and_hold_no_other_percent_sign():
+    from ledger.store.postgres import _numbered
+
+    assert _numbered("SELECT %s, %s FROM t WHERE a = %s") == "SELECT $1, $2 FROM t WHERE a = $3"
+    with pytest.raises(ValueError):
+        _numbered("SELECT %s FROM t WHERE name LIKE 'a%'")
