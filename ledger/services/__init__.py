@@ -14,7 +14,6 @@ from ledger.services.batches import events_append
 from ledger.services.chat import chat_deliver
 from ledger.services.checkpoints import (CHECKPOINT_FIELDS, CHECKPOINT_MAX_BYTES, SUMMARY_MAX_CHARS, checkpoint_save,
                                          checkpoint_validate, checkpoints_prune)
-from ledger.services.escalations import escalation_raise
 from ledger.services.events import event_append
 from ledger.services.executor import executor_run, executor_sweep
 from ledger.services.goals import goal_create, goals_of
@@ -37,7 +36,7 @@ __all__ = [
     "action_validate", "approval_decide", "approval_request", "approvals_expire", "audit_record", "chain_verify",
     "chat_deliver", "slack_signatures_prune",
     "checkpoint_save", "checkpoint_validate", "checkpoints_prune", "compensation_plan", "effect_key_default",
-    "escalation_raise", "event_append", "events_append", "event_compute_hash", "event_hash_fields", "goal_create",
+    "event_append", "events_append", "event_compute_hash", "event_hash_fields", "goal_create",
     "goals_of", "input_fingerprint", "rollback_preview", "run_rollback",
     "holding_runs",
     "parse_moment", "permit_find", "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate",

@@ -15,7 +15,7 @@ from ledger import selectors
 from ledger.domain import effects
 from ledger.domain.machine import GOAL_CHANGE_STATES
 from ledger.models import HOLDING_STATES, Approval, EventKind, Goal, Run, Workflow
-from ledger.services.escalations import approvals_void, escalation_raise
+from ledger.services.escalations import approvals_void
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
 from ledger.services.versions import goal_latest_version
 from ledger.services.writer import RunWriter, agent_holder, held_by_agent, input_fingerprint, intent_lock
@@ -143,8 +143,6 @@ def goal_create(*, workflow_slug: str, intent, objective=None, constraints=None,
             run.goal_outdated = True  # moved by goal_catch_up once its effects are settled
             deferred.append(str(run.id))
         writer.flush()
-        if run.state == "escalated":
-            escalation_raise(run, now=now)
     return goal, {"moved": moved, "deferred": deferred}
 
 

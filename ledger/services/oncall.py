@@ -10,7 +10,7 @@ from django.utils import timezone
 from ledger import authorizers, selectors
 from ledger.domain import effects
 from ledger.models import HOLDING_STATES, Approval, EventKind, Run
-from ledger.services.escalations import approvals_void, escalation_close, escalation_raise
+from ledger.services.escalations import approvals_void, escalation_close
 from ledger.services.goals import goal_latest_adopt
 from ledger.services.notifications import approval_notify
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather, workflow_active_require
@@ -48,10 +48,8 @@ def run_retry(*, run_id, user, reason: str = "", via: str = "") -> Run:
     inp, context = recovery_input_gather(workflow=workflow, intent=run.intent, fingerprint=run.input_fingerprint,
                                          policy_version=run.policy_version, env_fingerprint=run.env_fingerprint,
                                          others=others, now=now, reopened=reopened)
-    decision = decision_apply(writer, inp, context, from_state="escalated")
+    decision_apply(writer, inp, context, from_state="escalated")
     writer.flush()
-    if decision.outcome == "escalated":
-        escalation_raise(run, now=now)
     return run
 
 
@@ -131,7 +129,5 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
     escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "compensate", now=now,
                      writer=writer)
     writer.flush()
-    if run.state == "escalated":
-        escalation_raise(run, now=now)
     return run, approval
 

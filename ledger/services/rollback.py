@@ -19,7 +19,7 @@ from ledger.domain import effects
 from ledger.domain.machine import ROLLBACK_STATES
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, LedgerEvent, Run
 from ledger.services.checkpoints import server_checkpoint
-from ledger.services.escalations import approvals_void, escalation_close, escalation_raise
+from ledger.services.escalations import approvals_void, escalation_close
 from ledger.services.goals import decide_again, goal_latest_adopt, goal_move
 from ledger.services.oncall import compensation_plan
 from ledger.services.runs import dead_leases_expire, workflow_active_require
@@ -120,8 +120,6 @@ def run_rollback(*, run_id, user, to_stage, reason: str = "", compensate: bool =
         writer = RunWriter(run, actor, now)
         _reopen(writer, cause="rolled_back", reason_code="rolled_back", others=others)
         writer.flush()
-    if run.state == "escalated":
-        escalation_raise(run, now=now)
     return run
 
 

@@ -15,7 +15,6 @@ from ledger import selectors
 from ledger.models import (HOLDING_STATES, LEASED_STATES, Checkpoint, EffectKey, EventKind, Run,
                            Trigger, Workflow)
 from ledger.ops.schedules import SLOT_FORMAT
-from ledger.services.escalations import escalation_raise
 from ledger.services.versions import goal_latest_version
 from ledger.services.writer import (RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock,
                                     workflow_spec)
@@ -296,14 +295,11 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
               env_fingerprint=env_fingerprint, state="captured", triggered_by=actor, created_at=now,
               staged=bool(staged), goal_version=goal_version)
     writer = RunWriter(run, actor, now)
-    decision = decision_apply(writer, inp, context, from_state="captured")
-    escalated = decision.outcome == "escalated"
+    decision_apply(writer, inp, context, from_state="captured")
     try:
         writer.flush(insert=True)
     except IntegrityError:
         raise _InsertRefused(workflow_slug=workflow.slug, intent=intent, trigger_key=trigger_key, keyed=keyed)
-    if escalated:
-        escalation_raise(writer.run, now=now)
     return run, True
 
 
