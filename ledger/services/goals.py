@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from ledger import selectors
 from ledger.domain import effects
-from ledger.domain.machine import GOAL_CHANGE_STATES
+from ledger.domain.machine import GOAL_CHANGE_STATES, OWING_STATES
 from ledger.models import HOLDING_STATES, Approval, EventKind, Goal, Run, Workflow
 from ledger.services.escalations import approvals_void
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
@@ -22,8 +22,6 @@ from ledger.services.writer import RunWriter, agent_holder, held_by_agent, input
 from stateboard.errors import Conflict, Invalid
 from stateboard.roles import actor_for
 
-# States in which a run still owes the world something: it keeps its goal until they are over.
-OWING_STATES = frozenset({"execute", "verify", "verify_only", "compensate"})
 GOAL_CHANGES = ("amend", "replace")
 TEXT_MAX, ITEM_MAX, ITEMS_MAX = 10_000, 1_000, 200
 

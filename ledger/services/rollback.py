@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from ledger import authorizers, selectors
 from ledger.domain import effects
-from ledger.domain.machine import ROLLBACK_STATES
+from ledger.domain.machine import INTENT_HOLDING_STATES, ROLLBACK_STATES
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, LedgerEvent, Run
 from ledger.services.checkpoints import server_checkpoint
 from ledger.services.escalations import approvals_void, escalation_close
@@ -151,7 +151,7 @@ def compensation_done(writer: RunWriter, event: LedgerEvent) -> None:
     if data.get("rollback"):
         others = list(Run.objects.select_related("workflow").filter(
             workflow_id=run.workflow_id, intent=run.intent, staged=False,
-            state__in=(*HOLDING_STATES, "escalated")).exclude(id=run.id))
+            state__in=INTENT_HOLDING_STATES).exclude(id=run.id))
         _reopen(writer, cause="compensated", reason_code="compensation_verified", others=others)
         return
     generations_bump(workflow_id=run.workflow_id, intent=run.intent, fingerprint=run.input_fingerprint, stages=stages)

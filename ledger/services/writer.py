@@ -121,7 +121,7 @@ class RunWriter:
         run.state = to
         if to in TERMINAL_STATES:
             run.ended_at, run.ended_reason = self.now, reason_code
-        if to in TERMINAL_STATES or to == "escalated":  # nobody holds a finished or escalated run
+        if to in machine.LEASE_ENDING_STATES:
             self.lease_clear()
         return event
 
