@@ -95,7 +95,8 @@ def test_one_request_pipeline():
 
 # Modules that ask which states a run is in: each group they ask about is named in ledger/domain/machine.py.
 STATE_READERS = ("ledger/selectors.py", "ledger/domain/projection.py", "ledger/models/runs.py",
-                 "ledger/services/writer.py", "ledger/services/goals.py", "ledger/services/rollback.py")
+                 "ledger/services/writer.py", "ledger/services/goals.py", "ledger/services/rollback.py",
+                 "ledger/services/oncall.py")
 
 
 def _state_groups_written(tree) -> list[int]:

@@ -26,14 +26,29 @@ def _oncall(user, run, may) -> tuple[str, str]:
     return actor_for(user), acting_role(user, set(authorizers.ONCALL_ROLES))
 
 
+_NOT_APPLICABLE = {"retry": "Only an escalated run can be retried",
+                   "compensate": "Only an escalated run (or one in 'compensate') can be compensated",
+                   "abandon": "Only an escalated run can be abandoned"}
+
+
+def oncall_refusal(action: str, run: Run) -> str:
+    """Why on-call's ``action`` does not apply to ``run`` now ("" when it does, ``Run.oncall_actions``)."""
+    return "" if action in run.oncall_actions else f"{_NOT_APPLICABLE[action]} (this one is {run.state!r})."
+
+
+def _applies_require(action: str, run: Run) -> None:
+    refusal = oncall_refusal(action, run)
+    if refusal:
+        raise illegal(run, refusal)
+
+
 @transaction.atomic
 def run_retry(*, run_id, user, reason: str = "", via: str = "") -> Run:
     """On-call retry of an escalated run: the retry budget starts afresh and the run is decided again.
     ``via``: where the person acted, when not the dashboard or the API (``slack``)."""
     workflow, run = workflow_and_run_lock(run_id)
     actor, role = _oncall(user, run, authorizers.may_retry)
-    if run.state != "escalated":
-        raise illegal(run, f"Only an escalated run can be retried (this one is {run.state!r}).")
+    _applies_require("retry", run)
     workflow_active_require(workflow)
     now = timezone.now()
     writer = RunWriter(run, actor, now)
@@ -59,8 +74,7 @@ def run_abandon(*, run_id, user, reason: str, via: str = "") -> Run:
     actor, role = _oncall(user, run, authorizers.may_abandon)
     if not (reason or "").strip():
         raise Invalid("reason_required", "Abandoning a run needs a reason.")
-    if run.state != "escalated":
-        raise illegal(run, f"Only an escalated run can be abandoned; this one is {run.state!r}.")
+    _applies_require("abandon", run)
     now = timezone.now()
     writer = RunWriter(run, actor, now)
     writer.emit(EventKind.ABANDONED, run.current_stage, reason_code="oncall_abandon",
@@ -96,8 +110,7 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
     """On-call proposes the compensation for approval; escalates when it cannot be done deterministically."""
     _, run = workflow_and_run_lock(run_id)
     actor, role = _oncall(user, run, authorizers.may_compensate)
-    if run.state not in ("escalated", "compensate"):
-        raise illegal(run, f"Only an escalated run (or one in 'compensate') can be compensated; this one is {run.state!r}.")
+    _applies_require("compensate", run)
     holder = (Run.objects.filter(workflow_id=run.workflow_id, intent=run.intent, state__in=HOLDING_STATES, staged=False)
               .exclude(id=run.id).values_list("id", flat=True).first())
     if holder is not None:

@@ -38,17 +38,14 @@ def retry_preview(run: Run, *, now=None) -> dict:
 
 def action_preview(run: Run, action: str) -> dict:
     """Per action: whether it applies to the run now, and what it would do."""
+    refusal = services.oncall_refusal(action, run)
+    if refusal:
+        return {"applies": False, "why": refusal}
     if action == "retry":
-        if run.state != "escalated":
-            return {"applies": False, "why": f"only an escalated run can be retried (this one is {run.state})"}
         return {"applies": True, **retry_preview(run)}
     if action == "compensate":
-        if run.state not in ("escalated", "compensate"):
-            return {"applies": False, "why": f"only an escalated run can be compensated (this one is {run.state})"}
         plan = services.compensation_plan(run)
         if plan is None:
             return {"applies": False, "why": "nothing to compensate deterministically"}
         return {"applies": True, "plan": plan}
-    if run.state != "escalated":
-        return {"applies": False, "why": f"only an escalated run can be abandoned (this one is {run.state})"}
     return {"applies": True, "final": True}
