@@ -1,7 +1,10 @@
 """Approvals inbox as a decision desk, the on-call preview, and redaction on inbox and admin."""
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from ledger import services
 from ledger.domain import machine
@@ -172,6 +175,30 @@ def test_oncall_preview_decision_matches_the_real_retry():
     assert seen["decision"]["reason_code"] == retried.decision["reason_code"]
     assert seen["decision"]["resume_from"] == retried.decision["resume_from"]
     assert "deploy" in seen["execute"]
+
+
+def _goal_changed_since(agent, run: dict) -> None:
+    owner, _ = make_operator("owner")
+    services.goal_create(workflow_slug=agent.workflow, intent=run["intent"], objective="a new goal", user=owner)
+
+
+def _lease_lapsed_beside(agent, run: dict) -> None:
+    other = agent.trigger(intent=run["intent"], inputs={"intent": run["intent"], "other": True})
+    assert other["state"] == "fresh"
+    Run.objects.filter(id=other["id"]).update(lease_expires_at=timezone.now() - timedelta(hours=1))
+
+
+@pytest.mark.parametrize("meanwhile", [_goal_changed_since, _lease_lapsed_beside])
+def test_the_retry_preview_decides_on_what_the_retry_would(meanwhile):
+    """A newer goal is adopted, a run whose lease lapsed is failed: the preview decides on the retry's own
+    input (``services.retry_input``), not on a gathering of its own."""
+    agent = agent_driver(escalation_workflow())
+    _, escalated = escalated_run(agent, "again")
+    meanwhile(agent, escalated)
+    seen = preview.retry_preview(Run.objects.select_related("workflow").get(id=escalated["id"]))
+    _, user = login("oncall")
+    retried = services.run_retry(run_id=escalated["id"], user=user)
+    assert seen["decision"] == {field: retried.decision[field] for field in seen["decision"]}
 
 
 def test_oncall_preview_cost_per_run_is_fixed():

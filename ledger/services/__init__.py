@@ -20,7 +20,8 @@ from ledger.services.goals import goal_create, goals_of
 from ledger.services.leases import lease_release_undelivered, run_lease
 from ledger.services.notifications import (approval_notify, notification_read, notifications_read_all, notifications_send,
                                           notifications_settle)
-from ledger.services.oncall import compensation_plan, oncall_refusal, run_abandon, run_compensate, run_retry
+from ledger.services.oncall import (compensation_plan, oncall_refusal, retry_input, run_abandon, run_compensate,
+                                   run_retry)
 from ledger.services.outbox import outbox_put, outbox_relay
 from ledger.services.rollback import rollback_preview, run_rollback
 from ledger.services.slack import slack_signatures_prune
@@ -37,7 +38,7 @@ __all__ = [
     "chat_deliver", "slack_signatures_prune",
     "checkpoint_save", "checkpoint_validate", "checkpoints_prune", "compensation_plan", "effect_key_default",
     "event_append", "events_append", "event_compute_hash", "event_hash_fields", "goal_create",
-    "goals_of", "input_fingerprint", "oncall_refusal", "rollback_preview", "run_rollback",
+    "goals_of", "input_fingerprint", "oncall_refusal", "retry_input", "rollback_preview", "run_rollback",
     "holding_runs",
     "parse_moment", "permit_find", "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate",
     "approval_notify", "notification_read", "notifications_read_all", "notifications_send", "notifications_settle",

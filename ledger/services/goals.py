@@ -43,6 +43,18 @@ def owes_the_world(run: Run) -> bool:
     return selectors.effects_of_intent(run=run).filter(status__in=effects.UNVERIFIED).exists()
 
 
+def goal_fingerprint(run: Run, version: int | None) -> str:
+    """The run's input fingerprint under goal ``version``."""
+    return input_fingerprint(workflow_slug=run.workflow.slug, intent=run.intent, inputs=run.inputs,
+                             policy_version=run.policy_version, goal_version=version)
+
+
+def goal_newer(run: Run) -> int | None:
+    """The intent's latest goal version when it is newer than the run's, else None."""
+    latest = goal_latest_version(workflow_id=run.workflow_id, intent=run.intent)
+    return None if latest == run.goal_version else latest
+
+
 def goal_adopt(writer: RunWriter, version: int | None) -> None:
     """The run works under ``version`` from now on: new fingerprint; its pending requests are void
     (the inputs they were asked for changed), each with its ``approval_voided`` event."""
@@ -50,16 +62,15 @@ def goal_adopt(writer: RunWriter, version: int | None) -> None:
     approvals_void(writer, Approval.objects.filter(run=run, status="pending").exclude(kind=Approval.Kind.ESCALATION),
                    reason="goal_changed")
     run.goal_version, run.goal_outdated = version, False
-    run.input_fingerprint = input_fingerprint(workflow_slug=run.workflow.slug, intent=run.intent, inputs=run.inputs,
-                                              policy_version=run.policy_version, goal_version=version)
+    run.input_fingerprint = goal_fingerprint(run, version)
 
 
 def goal_latest_adopt(writer: RunWriter) -> str:
     """Before on-call decides a run again (a retry, a rollback): when the intent's goal is newer than
     the run's, a ``goal_changed`` event and the run adopts it; answers ``"goal_changed"`` then, else ""."""
     run = writer.run
-    latest = goal_latest_version(workflow_id=run.workflow_id, intent=run.intent)
-    if latest == run.goal_version:
+    latest = goal_newer(run)
+    if latest is None:
         return ""
     writer.emit(EventKind.GOAL_CHANGED, run.current_stage, data={"from": run.goal_version, "to": latest})
     goal_adopt(writer, latest)

@@ -54,11 +54,14 @@ def _failed_runs_rows(*, workflow_id: int, intent: str, fingerprint: str) -> lis
                 .values_list("state", "ended_at", "retried_at", "ended_reason"))
 
 
-def _failed_runs_since_progress(rows: list[tuple], checkpoint: Checkpoint | None) -> int:
+def _failed_runs_since_progress(rows: list[tuple], checkpoint: Checkpoint | None,
+                                retried_at: datetime | None = None) -> int:
     """Of ``_failed_runs_rows``, those that ended failed since the later of the latest checkpoint and the
-    latest on-call retry. A run that failed ``not_leased`` never ran (retried, then nobody took it): it does
-    not count (SPEC §3)."""
+    latest on-call retry (``retried_at``: one being made). A run that failed ``not_leased`` never ran
+    (retried, then nobody took it): it does not count (SPEC §3)."""
     moments = [retried for _, _, retried, _ in rows if retried is not None]
+    if retried_at is not None:
+        moments.append(retried_at)
     if checkpoint is not None:
         moments.append(checkpoint.created_at)
     since = max(moments, default=None)
@@ -68,11 +71,12 @@ def _failed_runs_since_progress(rows: list[tuple], checkpoint: Checkpoint | None
 
 def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, policy_version: str,
                           env_fingerprint: str, others: list[Run], now: datetime,
-                          reopened: str = "") -> tuple[recovery.RecoveryInput, dict]:
+                          reopened: str = "",
+                          retried_at: datetime | None = None) -> tuple[recovery.RecoveryInput, dict]:
     """Read L2/L3 for (workflow, intent) into the plain data the pure decision needs: indexed reads,
     sent together (one round trip, and one more only when the latest checkpoint observed effects).
     Staged runs are invisible here: their checkpoints, failed runs and holding never count (they
-    write no effects)."""
+    write no effects). ``retried_at``: an on-call retry at that moment (earlier failures no longer count)."""
     real = selectors.checkpoints_trusted().filter(workflow_id=workflow.id, intent=intent, staged=False)
     latest_two = list(real.order_by("-id")[:2])
     same_fp = real.filter(input_fingerprint=fingerprint).order_by("-id").first()
@@ -82,7 +86,7 @@ def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, 
     latest = latest_two[0] if latest_two else None
     effects = [recovery.EffectInfo(key=key, stage=stage, status=status, run_id=str(run_id))
                for key, stage, status, run_id in effect_rows]
-    failed_count = _failed_runs_since_progress(failed_rows, same_fp)
+    failed_count = _failed_runs_since_progress(failed_rows, same_fp, retried_at)
     existing_keys: frozenset[str] = frozenset()
     store_version = 0
     if latest is not None and latest.input_fingerprint == fingerprint:
