@@ -4,6 +4,7 @@ the client's support; a kind Stateboard writes is refused when posted; a move to
 causes it, opens on-call's escalation request."""
 
 import inspect
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -16,6 +17,7 @@ from ledger.models import Approval, LedgerEvent, Run
 from ledger.services import events
 from ledger.services.writer import RunWriter, run_lock
 from stateboard import client
+from stateboard.mcp import kinds as mcp_kinds, server as mcp_server
 from tests.factories import client_for, make_agent, make_workflow, unique
 from tests.ledger.helpers import AgentDriver
 
@@ -45,6 +47,21 @@ def test_every_transition_cause_that_names_a_kind_is_declared_by_it():
 
 def test_the_handlers_are_exactly_the_agent_kinds():
     assert set(events._HANDLERS) == AGENT_KINDS
+
+
+POSTED = [(str(kind), spec.summary) for kind, spec in KINDS.items() if spec.agent_postable]
+DECISIONS = Path(__file__).resolve().parents[2] / "docs" / "decisions.md"
+
+
+def test_the_docs_table_of_what_agents_may_post_is_kinds():
+    table = "\n".join(["| kind | what it says |", "|---|---|", *(f"| `{k}` | {summary} |" for k, summary in POSTED)])
+    written = DECISIONS.read_text().partition("<!-- agent kinds -->\n")[2].partition("\n<!-- /agent kinds -->")[0]
+    assert written == table, f"docs/decisions.md's table of agent kinds is not KINDS'; paste:\n{table}"
+
+
+def test_the_mcp_event_tool_names_what_agents_may_post():
+    assert list(mcp_kinds.AGENT_KINDS) == POSTED, f"stateboard/mcp/kinds.py is not KINDS'; paste:\n{POSTED!r}"
+    assert all(f"{kind} ({summary})" in mcp_server.EVENT_KINDS for kind, summary in POSTED)
 
 
 def test_the_client_posts_every_agent_kind():
