@@ -33,7 +33,7 @@ _NOT_APPLICABLE = {"retry": "Only an escalated run can be retried",
 
 
 def oncall_refusal(action: str, run: Run) -> str:
-    """Why on-call's ``action`` does not apply to ``run`` now ("" when it does, ``Run.oncall_actions``)."""
+    """Why on-call's ``action`` does not apply to ``run`` now, as ``Run.oncall_actions`` says ("" when it does)."""
     return "" if action in run.oncall_actions else f"{_NOT_APPLICABLE[action]} (this one is {run.state!r})."
 
 
