@@ -9,9 +9,10 @@ from django.utils import timezone
 
 from knowledge.selectors import knowledge_metrics
 from ledger.domain import projection
-from ledger.domain.effects import EXECUTION_KINDS, UNVERIFIED, first_repeat
+from ledger.domain.effects import EXECUTION_KINDS, HELD, UNVERIFIED, first_repeat
+from ledger.domain.machine import INTENT_HOLDING_STATES, ONCALL_STATES
 from ledger.filters import OncallRunFilter, RunFilter, id_prefix_q
-from ledger.models import (HOLDING_STATES, STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
+from ledger.models import (STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
                            Notification, ReplayEval, Run, Workflow)
 from ledger.store import store
 from stateboard.limits import rate_limits, throttled_total
@@ -52,9 +53,6 @@ def run_detail(*, run_id, intent: str | None = None):
                                              .select_related("workflow").order_by("claimed_seq")),
                              Prefetch("approvals", queryset=Approval.objects.order_by("-created_at")))
     return run
-
-
-INTENT_HOLDING_STATES = (*HOLDING_STATES, "escalated")
 
 
 def intent_holding_runs(*, workflow, intent: str):
@@ -131,7 +129,7 @@ def _ledger_figures(*, workflow_slug: str | None, since, now) -> dict:
     completed = runs.filter(state="completed")
     completed_total = completed.count()
     unverified_completed = completed.filter(effects__status__in=UNVERIFIED).distinct().count()
-    states = dict(runs.filter(state__in=("escalated", "failed")).values_list("state").annotate(n=Count("id"))
+    states = dict(runs.filter(state__in=ONCALL_STATES).values_list("state").annotate(n=Count("id"))
                   .order_by())
     outcomes = dict(runs.exclude(decision={}).values_list("decision__outcome").annotate(n=Count("id")).order_by())
     # Measured by the trigger API from the request's arrival to the committed decision (the newest 10,000).
@@ -218,8 +216,6 @@ def dashboard_summary() -> dict:
 
 # ---------------------------------------------------------------- pages (added with the HTML views)
 
-ONCALL_STATES = ("escalated", "compensate", "failed")
-NEEDS_HUMAN_STATES = ("escalated", "compensate")  # the rest of ONCALL_STATES is history
 COUNT_CAP = 100
 
 
@@ -283,8 +279,7 @@ def _with_last_reason(runs):
     last_reason = (LedgerEvent.objects.filter(run=OuterRef("pk"), intent=OuterRef("intent"), kind="transition")
                    .order_by("-seq").values("reason_code")[:1])
     undoable = Effect.objects.filter(workflow_id=OuterRef("workflow_id"), intent=OuterRef("intent"),
-                                     input_fingerprint=OuterRef("input_fingerprint")).exclude(
-        status__in=("failed", "compensated"))
+                                     input_fingerprint=OuterRef("input_fingerprint"), status__in=HELD)
     return with_superseded(runs.annotate(last_reason=Subquery(last_reason), has_undoable=Exists(undoable),
                                          has_unreferenced=Exists(undoable.filter(reference=""))))
 

@@ -93,6 +93,39 @@ def test_one_request_pipeline():
     assert not [name for name in product_modules() if name.rsplit(".", 1)[-1] in ("fastpath", "sql", "token_sql")]
 
 
+# Modules that ask which states a run is in: each group they ask about is named in ledger/domain/machine.py.
+STATE_READERS = ("ledger/selectors.py", "ledger/domain/projection.py", "ledger/models/runs.py",
+                 "ledger/services/writer.py", "ledger/services/goals.py", "ledger/services/rollback.py",
+                 "ledger/services/oncall.py")
+
+
+def _state_groups_written(tree) -> list[int]:
+    """Lines of groups of run states written by hand: ``("a", "b")``, ``(*X_STATES, "a")``, ``X_STATES | {"a"}``."""
+    from ledger.domain.machine import RunState
+
+    def group(node) -> bool:
+        node = node.value if isinstance(node, ast.Starred) else node
+        return isinstance(node, ast.Name) and node.id.endswith("_STATES")
+
+    def states(node, *, least: int = 1, with_groups: bool = False) -> bool:
+        if not isinstance(node, (ast.Tuple, ast.List, ast.Set)) or len(node.elts) < least:
+            return False
+        named = [e for e in node.elts if not (with_groups and group(e))]
+        return bool(named) and all(isinstance(e, ast.Constant) and e.value in RunState.values for e in named)
+
+    return [node.lineno for node in ast.walk(tree)
+            if states(node, least=2, with_groups=True)
+            or isinstance(node, ast.BinOp) and (group(node.left) and states(node.right)
+                                                or group(node.right) and states(node.left))]
+
+
+@pytest.mark.parametrize("module", STATE_READERS)
+def test_state_groups_come_from_the_machine(module):
+    """No group of run states written by hand outside ``ledger.domain.machine``."""
+    written = _state_groups_written(ast.parse((ROOT / module).read_text()))
+    assert not written, f"{module}: a group of states written by hand at lines {written} (name it in machine.py)"
+
+
 def test_the_domain_is_pure():
     """ledger/domain and knowledge/domain import no models, store or services: property-tested without a database."""
     offending = [f"{name} imports {target}" for name, path in product_modules().items()

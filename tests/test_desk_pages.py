@@ -1,14 +1,19 @@
 """Approvals inbox as a decision desk, the on-call preview, and redaction on inbox and admin."""
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from ledger import services
+from ledger.domain import machine
 from ledger.web import preview
 from ledger.models import Approval, LedgerEvent, Run
 from tests.browser.scenarios import (
     EVIDENCE, agent_driver, approval_workflow, awaiting_approval_run, escalated_run, escalation_workflow,
 )
+from stateboard.errors import Conflict
 from tests.factories import HX, login, make_operator, make_workflow, page_client, page_queries, texts
 
 pytestmark = pytest.mark.django_db
@@ -172,6 +177,30 @@ def test_oncall_preview_decision_matches_the_real_retry():
     assert "deploy" in seen["execute"]
 
 
+def _goal_changed_since(agent, run: dict) -> None:
+    owner, _ = make_operator("owner")
+    services.goal_create(workflow_slug=agent.workflow, intent=run["intent"], objective="a new goal", user=owner)
+
+
+def _lease_lapsed_beside(agent, run: dict) -> None:
+    other = agent.trigger(intent=run["intent"], inputs={"intent": run["intent"], "other": True})
+    assert other["state"] == "fresh"
+    Run.objects.filter(id=other["id"]).update(lease_expires_at=timezone.now() - timedelta(hours=1))
+
+
+@pytest.mark.parametrize("meanwhile", [_goal_changed_since, _lease_lapsed_beside])
+def test_the_retry_preview_decides_on_what_the_retry_would(meanwhile):
+    """A newer goal is adopted, a run whose lease lapsed is failed: the preview decides on the retry's own
+    input (``services.retry_input``), not on a gathering of its own."""
+    agent = agent_driver(escalation_workflow())
+    _, escalated = escalated_run(agent, "again")
+    meanwhile(agent, escalated)
+    seen = preview.retry_preview(Run.objects.select_related("workflow").get(id=escalated["id"]))
+    _, user = login("oncall")
+    retried = services.run_retry(run_id=escalated["id"], user=user)
+    assert seen["decision"] == {field: retried.decision[field] for field in seen["decision"]}
+
+
 def test_oncall_preview_cost_per_run_is_fixed():
     """Each selected run costs the same fixed number of reads (the gather of its decision)."""
     wf = escalation_workflow()
@@ -203,6 +232,43 @@ def test_no_compensate_button_when_there_is_nothing_to_compensate():
     for row in selectors.oncall_runs().qs:
         assert (row.has_undoable and not row.has_unreferenced) == (services.compensation_plan(row) is not None)
     assert 'data-action="compensate"' in texts(oncall.get(reverse("ledger:oncall")))
+
+
+def compensable_escalated_run() -> dict:
+    """An escalated run whose pushed effect a compensation could undo: every on-call action applies."""
+    wf = make_workflow(stages=["push", "deploy"], effect_stages=["push", "deploy"], approval_stages=[], max_retries=1)
+    agent = agent_driver(wf)
+    run = agent.trigger(intent="undo", inputs={})
+    agent.pass_stage(run["id"], "push", effect_stage=True)
+    agent.event(run["id"], "deploy", "started")
+    agent.event(run["id"], "deploy", "failed", reason_code="red")
+    escalated = agent.trigger(intent="undo", inputs={})
+    assert escalated["state"] == "escalated"
+    return escalated
+
+
+ONCALL_VERBS = {"retry": services.run_retry, "compensate": services.run_compensate, "abandon": services.run_abandon}
+
+
+@pytest.mark.parametrize("action", sorted(ONCALL_VERBS))
+def test_where_an_oncall_action_applies_is_decided_once(monkeypatch, action):
+    """The preview, the page and the action itself ask ``machine.ONCALL_ACTIONS``: where it says the
+    action does not apply, none of them offers or does it."""
+    escalated = compensable_escalated_run()
+    oncall, user = login("oncall")
+
+    def offered() -> tuple[bool, bool]:
+        run = Run.objects.select_related("workflow").get(id=escalated["id"])
+        page = texts(oncall.get(reverse("ledger:oncall")))
+        return preview.action_preview(run, action)["applies"], f'data-action="{action}"' in page
+
+    assert offered() == (True, True)
+    monkeypatch.setitem(machine.ONCALL_ACTIONS, action, frozenset())
+    assert offered() == (False, False)
+    with pytest.raises(Conflict) as refused:
+        ONCALL_VERBS[action](run_id=escalated["id"], user=user, reason="not here")
+    assert refused.value.code == "illegal_transition"
+    assert Run.objects.get(id=escalated["id"]).state == "escalated"
 
 
 def test_retry_message_says_the_run_waits_for_an_agent():

@@ -188,7 +188,8 @@ def test_escalation_notifies_oncall_once_per_escalation_request():
     crew = OnCall()
     run_id = crew.escalated_by_retries()
     escalation = Approval.objects.get(run_id=run_id, kind="escalation", status="pending")
-    services.escalation_raise(Run.objects.get(id=run_id), now=escalation.created_at)  # already open
+    assert services.RunWriter(Run.objects.get(id=run_id), "system", escalation.created_at).escalation_raise() \
+        == escalation  # already open
     rows = Notification.objects.filter(kind="escalation")
     assert list(rows.values_list("user_id", "dedupe_key")) == [(crew.oncall.id, f"escalation:{escalation.id}")]
     assert not Notification.objects.exclude(user=crew.oncall).filter(kind="escalation").exists()

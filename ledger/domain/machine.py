@@ -1,4 +1,5 @@
-"""The run state machine (SPEC §2) as data: the engine validates against it, the run page draws it.
+"""The run state machine (SPEC §2) as data: the engine validates against it, the run page draws it,
+and every group of states a reader or writer asks about is named here.
 
 A transition is ``(from_state, cause, to_state)``. The cause names what moved the run: an agent's
 event kind (``started``, ``succeeded``, …), a human action (``retried``, ``abandoned``), the
@@ -42,6 +43,12 @@ HOLDING_STATES = (
 # States whose lease can expire (a run in `compensate` waits for on-call; while a high-impact
 # request is pending its lease is cleared, so it cannot expire while a human decides).
 LEASED_STATES = tuple(s for s in HOLDING_STATES if s != "compensate")
+# Nobody holds a run that moves to one of these: its lease ends with the transition.
+LEASE_ENDING_STATES = TERMINAL_STATES | {"escalated"}
+# The intent's runs a trigger (or a retry) must see before it decides: holding, or waiting on on-call.
+INTENT_HOLDING_STATES = (*HOLDING_STATES, "escalated")
+# States in which a run still owes the world something: it keeps its goal until they are over (SPEC §10.1).
+OWING_STATES = frozenset({"execute", "verify", "verify_only", "compensate"})
 
 S = RunState
 
@@ -127,6 +134,15 @@ TRANSITIONS: frozenset[tuple[str, str, str]] = frozenset({
 })
 
 EDGES: frozenset[tuple[str, str]] = frozenset((a, b) for a, _, b in TRANSITIONS)
+
+# On-call's actions, each by the cause it drives: an action applies in the states its cause leaves.
+ONCALL_ACTIONS: dict[str, frozenset[str]] = {
+    action: frozenset(a for a, c, _ in TRANSITIONS if c == cause)
+    for action, cause in {"retry": "retried", "compensate": "compensate", "abandon": "abandoned"}.items()
+}
+# A run waits for on-call where one of its actions applies; the on-call page also lists failed runs (history).
+NEEDS_HUMAN_STATES = tuple(s for s in RunState.values if any(s in states for states in ONCALL_ACTIONS.values()))
+ONCALL_STATES = (*NEEDS_HUMAN_STATES, "failed")
 
 
 def allowed(from_state: str, cause: str, to_state: str) -> bool:

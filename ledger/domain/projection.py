@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ledger.domain.effects import effect_next
-from ledger.domain.machine import TERMINAL_STATES
+from ledger.domain.machine import LEASE_ENDING_STATES, TERMINAL_STATES
 
 COMPARED_FIELDS = ("stage", "run", "status", "system", "operation", "reference", "attempts")
 
@@ -59,7 +59,6 @@ def effects_replay(events: Iterable, runs: dict, effect_stages: dict) -> dict[st
 # ---------------------------------------------------------------- the lease and the run, from the events
 
 NO_LEASE = ("", None, None)  # (owner, holder user id, lease id): nobody holds the run
-_LEASE_ENDING_STATES = TERMINAL_STATES | {"escalated"}  # a transition there lets go of the lease
 
 
 def lease_next(lease: tuple, kind: str, data) -> tuple:
@@ -68,7 +67,7 @@ def lease_next(lease: tuple, kind: str, data) -> tuple:
     ``released`` (nobody does). The run writer records every other change as one of the last two
     (``RunWriter.flush``), so this is the whole rule."""
     data = data if isinstance(data, dict) else {}
-    if kind == "transition" and data.get("to") in _LEASE_ENDING_STATES or kind == "released":
+    if kind == "transition" and data.get("to") in LEASE_ENDING_STATES or kind == "released":
         return NO_LEASE
     if kind == "leased":
         lease_id = data.get("lease_id")

@@ -11,7 +11,7 @@ from django.db.models import JSONField, Q, Value
 from stateboard.db import NoTruncate
 from stateboard.db import append_only_triggers as shared_append_only_triggers
 from ledger.domain.kinds import EventKind
-from ledger.domain.machine import HOLDING_STATES, TERMINAL_STATES, RunState
+from ledger.domain.machine import HOLDING_STATES, ONCALL_ACTIONS, ONCALL_STATES, TERMINAL_STATES, RunState
 
 DEFAULT_STAGES = ["discovery", "assessment", "draft", "build", "commit", "push", "deploy", "verify"]
 DEFAULT_EFFECT_STAGES = ["commit", "push", "deploy"]
@@ -191,7 +191,7 @@ class Run(models.Model):
             models.Index(fields=["-created_at"], name="run_created_desc"),
             # The on-call page and the needs-a-human counts read only these few states, newest first.
             models.Index(fields=["state", "-created_at", "-id"], name="run_oncall_newest",
-                         condition=Q(state__in=("escalated", "compensate", "failed"))),
+                         condition=Q(state__in=ONCALL_STATES)),
             models.Index(fields=["queued_at"], condition=Q(queued_until__isnull=False), name="run_queued"),
         ]
         triggers = kept_triggers()
@@ -202,6 +202,12 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def oncall_actions(self) -> tuple[str, ...]:
+        """On-call's actions that apply to the run now (``machine.ONCALL_ACTIONS``): the services, the preview
+        and the on-call page ask this."""
+        return tuple(action for action, states in ONCALL_ACTIONS.items() if self.state in states)
 
 
 class LedgerEvent(models.Model):

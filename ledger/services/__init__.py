@@ -14,14 +14,14 @@ from ledger.services.batches import events_append
 from ledger.services.chat import chat_deliver
 from ledger.services.checkpoints import (CHECKPOINT_FIELDS, CHECKPOINT_MAX_BYTES, SUMMARY_MAX_CHARS, checkpoint_save,
                                          checkpoint_validate, checkpoints_prune)
-from ledger.services.escalations import escalation_raise
 from ledger.services.events import event_append
 from ledger.services.executor import executor_run, executor_sweep
 from ledger.services.goals import goal_create, goals_of
 from ledger.services.leases import lease_release_undelivered, run_lease
 from ledger.services.notifications import (approval_notify, notification_read, notifications_read_all, notifications_send,
                                           notifications_settle)
-from ledger.services.oncall import compensation_plan, run_abandon, run_compensate, run_retry
+from ledger.services.oncall import (compensation_plan, oncall_refusal, retry_input, run_abandon, run_compensate,
+                                   run_retry)
 from ledger.services.outbox import outbox_put, outbox_relay
 from ledger.services.rollback import rollback_preview, run_rollback
 from ledger.services.slack import slack_signatures_prune
@@ -37,8 +37,8 @@ __all__ = [
     "action_validate", "approval_decide", "approval_request", "approvals_expire", "audit_record", "chain_verify",
     "chat_deliver", "slack_signatures_prune",
     "checkpoint_save", "checkpoint_validate", "checkpoints_prune", "compensation_plan", "effect_key_default",
-    "escalation_raise", "event_append", "events_append", "event_compute_hash", "event_hash_fields", "goal_create",
-    "goals_of", "input_fingerprint", "rollback_preview", "run_rollback",
+    "event_append", "events_append", "event_compute_hash", "event_hash_fields", "goal_create",
+    "goals_of", "input_fingerprint", "oncall_refusal", "retry_input", "rollback_preview", "run_rollback",
     "holding_runs",
     "parse_moment", "permit_find", "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate",
     "approval_notify", "notification_read", "notifications_read_all", "notifications_send", "notifications_settle",

@@ -11,7 +11,6 @@ from django.utils import timezone
 from ledger.domain import recovery
 from ledger import authorizers
 from ledger.models import Approval, EventKind, LedgerEvent, Run
-from ledger.services.escalations import escalation_raise
 from ledger.services.notifications import approval_notify
 from ledger.services.oncall import run_abandon, run_retry
 from ledger.services.outbox import EXECUTOR_TASK, outbox_put
@@ -199,8 +198,6 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "", via: 
         elif approval.kind == Approval.Kind.COMPENSATION and run.state == "compensate":
             writer.transition("escalated", "compensation_rejected", cause="rejected", reason=reason)
     writer.flush()
-    if run.state == "escalated":
-        escalation_raise(run, now=now)
     return approval
 
 
@@ -222,9 +219,9 @@ def approvals_expire(*, now: datetime | None = None) -> int:
                         data={"approval": str(approval.id), "kind": approval.kind})
             if approval.kind != Approval.Kind.ESCALATION and run.state in ("awaiting_approval", "compensate"):
                 writer.transition("escalated", "approval_expired", cause="expired", approval=str(approval.id))
+            elif approval.kind == Approval.Kind.ESCALATION and run.state == "escalated":
+                writer.escalation_raise()  # an expired escalation is raised afresh: on-call must still see it
             writer.flush()
-            if run.state == "escalated":
-                escalation_raise(run, now=now)  # an expired escalation is raised afresh: on-call must still see it
             expired += 1
     return expired
 

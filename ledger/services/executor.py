@@ -29,7 +29,6 @@ from ledger.ops.executor import Handler, HandlerConfigError, Outcome, handler_fo
 from ledger.domain.machine import EXECUTOR_STATES
 from ledger.models import Approval, Effect, Run
 from ledger.services.approvals import high_impact_open, permit_find
-from ledger.services.escalations import escalation_raise
 from ledger.services.events import event_append
 from ledger.services.outbox import EXECUTOR_TASK, outbox_put
 from ledger.services.writer import EXECUTOR, RunWriter, run_lock
@@ -57,7 +56,6 @@ def _escalate(run: Run, reason: str, now: datetime, **data) -> str:
     writer = RunWriter(run, EXECUTOR, now)
     writer.transition("escalated", reason, cause="executor", **data)
     writer.flush()
-    escalation_raise(run, now=now)
     return reason
 
 

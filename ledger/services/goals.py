@@ -13,17 +13,15 @@ from django.utils import timezone
 
 from ledger import selectors
 from ledger.domain import effects
-from ledger.domain.machine import GOAL_CHANGE_STATES
+from ledger.domain.machine import GOAL_CHANGE_STATES, OWING_STATES
 from ledger.models import HOLDING_STATES, Approval, EventKind, Goal, Run, Workflow
-from ledger.services.escalations import approvals_void, escalation_raise
+from ledger.services.escalations import approvals_void
 from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather
 from ledger.services.versions import goal_latest_version
 from ledger.services.writer import RunWriter, agent_holder, held_by_agent, input_fingerprint, intent_lock
 from stateboard.errors import Conflict, Invalid
 from stateboard.roles import actor_for
 
-# States in which a run still owes the world something: it keeps its goal until they are over.
-OWING_STATES = frozenset({"execute", "verify", "verify_only", "compensate"})
 GOAL_CHANGES = ("amend", "replace")
 TEXT_MAX, ITEM_MAX, ITEMS_MAX = 10_000, 1_000, 200
 
@@ -45,6 +43,18 @@ def owes_the_world(run: Run) -> bool:
     return selectors.effects_of_intent(run=run).filter(status__in=effects.UNVERIFIED).exists()
 
 
+def goal_fingerprint(run: Run, version: int | None) -> str:
+    """The run's input fingerprint under goal ``version``."""
+    return input_fingerprint(workflow_slug=run.workflow.slug, intent=run.intent, inputs=run.inputs,
+                             policy_version=run.policy_version, goal_version=version)
+
+
+def goal_newer(run: Run) -> int | None:
+    """The intent's latest goal version when it is newer than the run's, else None."""
+    latest = goal_latest_version(workflow_id=run.workflow_id, intent=run.intent)
+    return None if latest == run.goal_version else latest
+
+
 def goal_adopt(writer: RunWriter, version: int | None) -> None:
     """The run works under ``version`` from now on: new fingerprint; its pending requests are void
     (the inputs they were asked for changed), each with its ``approval_voided`` event."""
@@ -52,16 +62,15 @@ def goal_adopt(writer: RunWriter, version: int | None) -> None:
     approvals_void(writer, Approval.objects.filter(run=run, status="pending").exclude(kind=Approval.Kind.ESCALATION),
                    reason="goal_changed")
     run.goal_version, run.goal_outdated = version, False
-    run.input_fingerprint = input_fingerprint(workflow_slug=run.workflow.slug, intent=run.intent, inputs=run.inputs,
-                                              policy_version=run.policy_version, goal_version=version)
+    run.input_fingerprint = goal_fingerprint(run, version)
 
 
 def goal_latest_adopt(writer: RunWriter) -> str:
     """Before on-call decides a run again (a retry, a rollback): when the intent's goal is newer than
     the run's, a ``goal_changed`` event and the run adopts it; answers ``"goal_changed"`` then, else ""."""
     run = writer.run
-    latest = goal_latest_version(workflow_id=run.workflow_id, intent=run.intent)
-    if latest == run.goal_version:
+    latest = goal_newer(run)
+    if latest is None:
         return ""
     writer.emit(EventKind.GOAL_CHANGED, run.current_stage, data={"from": run.goal_version, "to": latest})
     goal_adopt(writer, latest)
@@ -143,8 +152,6 @@ def goal_create(*, workflow_slug: str, intent, objective=None, constraints=None,
             run.goal_outdated = True  # moved by goal_catch_up once its effects are settled
             deferred.append(str(run.id))
         writer.flush()
-        if run.state == "escalated":
-            escalation_raise(run, now=now)
     return goal, {"moved": moved, "deferred": deferred}
 
 

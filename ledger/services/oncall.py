@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
 from ledger import authorizers, selectors
-from ledger.domain import effects
+from ledger.domain import effects, recovery
 from ledger.models import HOLDING_STATES, Approval, EventKind, Run
-from ledger.services.escalations import approvals_void, escalation_close, escalation_raise
-from ledger.services.goals import goal_latest_adopt
+from ledger.services.escalations import approvals_void, escalation_close
+from ledger.services.goals import goal_fingerprint, goal_latest_adopt, goal_newer
 from ledger.services.notifications import approval_notify
-from ledger.services.runs import dead_leases_expire, decision_apply, recovery_input_gather, workflow_active_require
-from ledger.services.writer import RunWriter, illegal, run_lock, workflow_and_run_lock
+from ledger.services.runs import (dead_leases_expire, decision_apply, holding_runs, recovery_input_gather,
+                                  workflow_active_require)
+from ledger.services.writer import RunWriter, illegal, lease_expired, run_lock, workflow_and_run_lock
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, Invalid
 from stateboard.roles import acting_role, actor_for
@@ -26,32 +27,55 @@ def _oncall(user, run, may) -> tuple[str, str]:
     return actor_for(user), acting_role(user, set(authorizers.ONCALL_ROLES))
 
 
+_NOT_APPLICABLE = {"retry": "Only an escalated run can be retried",
+                   "compensate": "Only an escalated run (or one in 'compensate') can be compensated",
+                   "abandon": "Only an escalated run can be abandoned"}
+
+
+def oncall_refusal(action: str, run: Run) -> str:
+    """Why on-call's ``action`` does not apply to ``run`` now, as ``Run.oncall_actions`` says ("" when it does)."""
+    return "" if action in run.oncall_actions else f"{_NOT_APPLICABLE[action]} (this one is {run.state!r})."
+
+
+def _applies_require(action: str, run: Run) -> None:
+    refusal = oncall_refusal(action, run)
+    if refusal:
+        raise illegal(run, refusal)
+
+
+def retry_input(run: Run, *, others: list[Run], now: datetime) -> tuple[recovery.RecoveryInput, dict]:
+    """What an on-call retry at ``now`` decides ``run`` on, read before the retry writes anything: ``run_retry``
+    and the on-call page's preview ask this. ``others``: the intent's other holding or escalated runs
+    (``holding_runs``), less those whose lease lapsed (the retry fails them); under the intent's latest goal
+    (``goal_changed`` when it is newer than the run's); the retry starts the budget afresh."""
+    newer = goal_newer(run)
+    return recovery_input_gather(
+        workflow=run.workflow, intent=run.intent, policy_version=run.policy_version,
+        fingerprint=run.input_fingerprint if newer is None else goal_fingerprint(run, newer),
+        env_fingerprint=run.env_fingerprint, others=[o for o in others if not lease_expired(o, now)], now=now,
+        reopened="" if newer is None else "goal_changed", retried_at=now)
+
+
 @transaction.atomic
 def run_retry(*, run_id, user, reason: str = "", via: str = "") -> Run:
     """On-call retry of an escalated run: the retry budget starts afresh and the run is decided again.
     ``via``: where the person acted, when not the dashboard or the API (``slack``)."""
     workflow, run = workflow_and_run_lock(run_id)
     actor, role = _oncall(user, run, authorizers.may_retry)
-    if run.state != "escalated":
-        raise illegal(run, f"Only an escalated run can be retried (this one is {run.state!r}).")
+    _applies_require("retry", run)
     workflow_active_require(workflow)
     now = timezone.now()
+    others = holding_runs(workflow=workflow, intent=run.intent, lock=True, exclude=run.id)
+    inp, context = retry_input(run, others=others, now=now)
     writer = RunWriter(run, actor, now)
     writer.emit(EventKind.RETRIED, run.current_stage, reason_code="oncall_retry",
                 data={"role": role, "reason": reason, **({"via": via} if via else {})})
     run.retried_at = now
     escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "retry", now=now, writer=writer)
-    others = dead_leases_expire(workflow=workflow, intent=run.intent, now=now, exclude=run.id)
-    writer.flush()  # the retried_at mark must be visible to the gathering below
-    writer = RunWriter(run, actor, now)
-    reopened = goal_latest_adopt(writer)  # decided under the intent's latest goal (SPEC §10.1)
-    inp, context = recovery_input_gather(workflow=workflow, intent=run.intent, fingerprint=run.input_fingerprint,
-                                         policy_version=run.policy_version, env_fingerprint=run.env_fingerprint,
-                                         others=others, now=now, reopened=reopened)
-    decision = decision_apply(writer, inp, context, from_state="escalated")
+    dead_leases_expire(workflow=workflow, intent=run.intent, now=now, runs=others)
+    goal_latest_adopt(writer)  # the goal retry_input decided under (SPEC §10.1)
+    decision_apply(writer, inp, context, from_state="escalated")
     writer.flush()
-    if decision.outcome == "escalated":
-        escalation_raise(run, now=now)
     return run
 
 
@@ -61,8 +85,7 @@ def run_abandon(*, run_id, user, reason: str, via: str = "") -> Run:
     actor, role = _oncall(user, run, authorizers.may_abandon)
     if not (reason or "").strip():
         raise Invalid("reason_required", "Abandoning a run needs a reason.")
-    if run.state != "escalated":
-        raise illegal(run, f"Only an escalated run can be abandoned; this one is {run.state!r}.")
+    _applies_require("abandon", run)
     now = timezone.now()
     writer = RunWriter(run, actor, now)
     writer.emit(EventKind.ABANDONED, run.current_stage, reason_code="oncall_abandon",
@@ -98,8 +121,7 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
     """On-call proposes the compensation for approval; escalates when it cannot be done deterministically."""
     _, run = workflow_and_run_lock(run_id)
     actor, role = _oncall(user, run, authorizers.may_compensate)
-    if run.state not in ("escalated", "compensate"):
-        raise illegal(run, f"Only an escalated run (or one in 'compensate') can be compensated; this one is {run.state!r}.")
+    _applies_require("compensate", run)
     holder = (Run.objects.filter(workflow_id=run.workflow_id, intent=run.intent, state__in=HOLDING_STATES, staged=False)
               .exclude(id=run.id).values_list("id", flat=True).first())
     if holder is not None:
@@ -131,7 +153,5 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
     escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "compensate", now=now,
                      writer=writer)
     writer.flush()
-    if run.state == "escalated":
-        escalation_raise(run, now=now)
     return run, approval
 

@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from ledger import authorizers, selectors
 from ledger.domain import effects
-from ledger.domain.machine import ROLLBACK_STATES
+from ledger.domain.machine import INTENT_HOLDING_STATES, ROLLBACK_STATES
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, LedgerEvent, Run
 from ledger.services.checkpoints import server_checkpoint
-from ledger.services.escalations import approvals_void, escalation_close, escalation_raise
+from ledger.services.escalations import approvals_void, escalation_close
 from ledger.services.goals import decide_again, goal_latest_adopt, goal_move
 from ledger.services.oncall import compensation_plan
 from ledger.services.runs import dead_leases_expire, workflow_active_require
@@ -120,8 +120,6 @@ def run_rollback(*, run_id, user, to_stage, reason: str = "", compensate: bool =
         writer = RunWriter(run, actor, now)
         _reopen(writer, cause="rolled_back", reason_code="rolled_back", others=others)
         writer.flush()
-    if run.state == "escalated":
-        escalation_raise(run, now=now)
     return run
 
 
@@ -153,7 +151,7 @@ def compensation_done(writer: RunWriter, event: LedgerEvent) -> None:
     if data.get("rollback"):
         others = list(Run.objects.select_related("workflow").filter(
             workflow_id=run.workflow_id, intent=run.intent, staged=False,
-            state__in=(*HOLDING_STATES, "escalated")).exclude(id=run.id))
+            state__in=INTENT_HOLDING_STATES).exclude(id=run.id))
         _reopen(writer, cause="compensated", reason_code="compensation_verified", others=others)
         return
     generations_bump(workflow_id=run.workflow_id, intent=run.intent, fingerprint=run.input_fingerprint, stages=stages)

@@ -17,7 +17,6 @@ from ledger import selectors
 from ledger.models import (HOLDING_STATES, LEASED_STATES, Checkpoint, EffectKey, EventKind, Run,
                            Trigger, Workflow)
 from ledger.ops.schedules import SLOT_FORMAT
-from ledger.services.escalations import escalation_raise
 from ledger.services.versions import goals_latest
 from ledger.services.writer import (RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock,
                                     workflow_spec)
@@ -58,11 +57,14 @@ def _failed_runs(*, workflow_id: int, intent: str, fingerprint: str):
             .values_list("state", "ended_at", "retried_at", "ended_reason"))
 
 
-def _failed_runs_since_progress(rows: list[tuple], checkpoint: Checkpoint | None) -> int:
+def _failed_runs_since_progress(rows: list[tuple], checkpoint: Checkpoint | None,
+                                retried_at: datetime | None = None) -> int:
     """Of ``_failed_runs`` rows, those that ended failed since the later of the latest checkpoint and the
-    latest on-call retry. A run that failed ``not_leased`` never ran (retried, then nobody took it): it does
-    not count (SPEC §3)."""
+    latest on-call retry (``retried_at``: one being made). A run that failed ``not_leased`` never ran
+    (retried, then nobody took it): it does not count (SPEC §3)."""
     moments = [retried for _, _, retried, _ in rows if retried is not None]
+    if retried_at is not None:
+        moments.append(retried_at)
     if checkpoint is not None:
         moments.append(checkpoint.created_at)
     since = max(moments, default=None)
@@ -108,16 +110,18 @@ def recovery_reads(*, workflow: Workflow, intent: str, fingerprint: str, holding
 
 def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, policy_version: str,
                           env_fingerprint: str, others: list[Run], now: datetime,
-                          reopened: str = "", reads: RecoveryReads | None = None) -> tuple[recovery.RecoveryInput, dict]:
+                          reopened: str = "", retried_at: datetime | None = None,
+                          reads: RecoveryReads | None = None) -> tuple[recovery.RecoveryInput, dict]:
     """The plain data the pure decision needs, from ``recovery_reads`` (read here unless given), and one more
-    round trip only when the latest checkpoint observed effects."""
+    round trip only when the latest checkpoint observed effects. ``retried_at``: an on-call retry at that
+    moment (earlier failures no longer count)."""
     if reads is None:
         _, reads = recovery_reads(workflow=workflow, intent=intent, fingerprint=fingerprint)
     latest_two, same_fp = reads.latest_two, reads.same_fingerprint
     latest = latest_two[0] if latest_two else None
     effects = [recovery.EffectInfo(key=key, stage=stage, status=status, run_id=str(run_id))
                for key, stage, status, run_id in reads.effect_rows]
-    failed_count = _failed_runs_since_progress(reads.failed_rows, same_fp)
+    failed_count = _failed_runs_since_progress(reads.failed_rows, same_fp, retried_at)
     existing_keys: frozenset[str] = frozenset()
     store_version = 0
     if latest is not None and latest.input_fingerprint == fingerprint:
@@ -337,14 +341,11 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
               env_fingerprint=env_fingerprint, state="captured", triggered_by=actor, created_at=now,
               staged=bool(staged), goal_version=goal_version)
     writer = RunWriter(run, actor, now)
-    decision = decision_apply(writer, inp, context, from_state="captured")
-    escalated = decision.outcome == "escalated"
+    decision_apply(writer, inp, context, from_state="captured")
     try:
         writer.flush(insert=True)
     except IntegrityError:
         raise _InsertRefused(workflow_slug=workflow.slug, intent=intent, trigger_key=trigger_key, keyed=keyed)
-    if escalated:
-        escalation_raise(writer.run, now=now)
     return run, True
 
 

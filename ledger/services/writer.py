@@ -1,4 +1,5 @@
-"""The lowest layer of the ledger's writes: fingerprints, the hash chain, locking a run, the run writer.
+"""The lowest layer of the ledger's writes: fingerprints, the hash chain, locking a run, the run writer
+(and the escalation request it opens for a run that escalates).
 
 A run's events are written while its row is locked, which gives a gapless ``seq`` and a
 consistent hash chain; a refused request raises before anything is flushed, so nothing
@@ -16,10 +17,11 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 
 from ledger.domain import machine, recovery
 from ledger.domain.projection import lease_next
-from ledger.services.notifications import approval_keys, notifications_settle
+from ledger.services.notifications import approval_keys, approval_notify, notifications_settle
 from ledger.store import store
 from ledger.domain.effects import effect_key_namespaced
-from ledger.models import LEASED_STATES, TERMINAL_STATES, Effect, EventKind, LedgerEvent, Run, RunKey, Workflow
+from ledger.models import (LEASED_STATES, TERMINAL_STATES, Approval, Effect, EventKind, LedgerEvent, Run, RunKey,
+                           Workflow)
 from stateboard.canonical import canonical_json, digest, sha256_hex
 from stateboard.errors import Conflict, NotFound
 
@@ -119,7 +121,7 @@ class RunWriter:
         run.state = to
         if to in TERMINAL_STATES:
             run.ended_at, run.ended_reason = self.now, reason_code
-        if to in TERMINAL_STATES or to == "escalated":  # nobody holds a finished or escalated run
+        if to in machine.LEASE_ENDING_STATES:
             self.lease_clear()
         return event
 
@@ -194,8 +196,30 @@ class RunWriter:
         else:
             self.emit(EventKind.RELEASED, run.current_stage, data={})
 
+    def escalation_raise(self) -> Approval:
+        """One open escalation per problem: the run's pending escalation request for on-call, else a new one
+        with its ``escalation_raised`` event (by the system) on this writer."""
+        run, now = self.run, self.now
+        existing = Approval.objects.filter(run=run, kind=Approval.Kind.ESCALATION, status="pending").first()
+        if existing is not None:
+            return existing
+        reason = (run.decision or {}).get("reason_code", "")
+        action = {"system": "stateboard", "operation": "resolve_escalation", "target": str(run.id),
+                  "summary": f"Run escalated ({reason or 'needs on-call'}): retry, compensate or abandon."}
+        approval = Approval.objects.create(
+            kind=Approval.Kind.ESCALATION, run=run, stage=run.current_stage, action=action,
+            action_digest=digest(action), policy_version=run.workflow.policy_version,
+            input_fingerprint=run.input_fingerprint, requested_by="system", created_at=now,
+            deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
+        self.emit(EventKind.ESCALATION_RAISED, approval.stage, actor="system", reason_code=reason,
+                  data={"approval": str(approval.id), "kind": approval.kind, "status": "pending", "action": action})
+        approval_notify(approval)  # on-call, once per escalation request
+        return approval
+
     def flush(self, *, insert: bool = False) -> None:
-        """Write the collected events and row changes (``insert``: the run is new)."""
+        """Write the collected events and row changes (``insert``: the run is new). A run they moved to
+        ``escalated`` then gets its escalation request, written by a second flush."""
+        escalates = self._escalates()
         self.lease_record()
         self.run.updated_at = self.now
         if insert:
@@ -206,19 +230,28 @@ class RunWriter:
             store().queued_announce(self.run.workflow.slug)  # waiting leases wake at commit
         self._requests_settle()
         self._flushed()
+        if escalates:
+            self.escalation_raise()
+            if self.events:
+                self.flush()
 
     def flush_unless_changed(self, version: str) -> bool:
         """``flush`` as one statement, for a run read without its lock at row ``version``: written only when
         the row is still that version and nothing else is to be written with it (no waiting lease to wake,
-        no request settled). False: nothing was written (the caller takes the run's lock)."""
+        no request settled or opened). False: nothing was written (the caller takes the run's lock)."""
         self.lease_record()
-        if self._queues(False) or any(event.kind in SETTLING_KINDS for event in self.events):
+        if self._queues(False) or self._escalates() or any(event.kind in SETTLING_KINDS for event in self.events):
             return False
         self.run.updated_at = self.now
         if not store().run_write(self.run, self._changed(), self.events, self.rows, unless_changed=version):
             return False
         self._flushed()
         return True
+
+    def _escalates(self) -> bool:
+        """The collected events moved the run to ``escalated``, where it stays."""
+        return self.run.state == "escalated" and any(
+            event.kind == EventKind.TRANSITION and event.data["to"] == "escalated" for event in self.events)
 
     def _changed(self) -> list[str]:
         return [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]

@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from ledger import authorizers, selectors, services
+from ledger.domain.machine import NEEDS_HUMAN_STATES
 from ledger.web import preview
 from ledger.web.forms import BULK_ACTIONS, BulkActionForm, PreviewForm, ReasonForm, RequiredReasonForm
 from ledger.models import Run
@@ -32,7 +33,7 @@ def _oncall_context(request, params) -> dict:
     run_filter = selectors.oncall_runs(params)
     form = run_filter.form
     with_superseded = params.get("superseded") == "1"
-    runs = list(run_filter.qs.filter(state__in=selectors.NEEDS_HUMAN_STATES)[:NOW_ROWS])
+    runs = list(run_filter.qs.filter(state__in=NEEDS_HUMAN_STATES)[:NOW_ROWS])
     failed = run_filter.qs.filter(state="failed")
     history = list((failed if with_superseded else failed.filter(superseded_by__isnull=True))[:HISTORY_ROWS])
     query = QueryDict(mutable=True)

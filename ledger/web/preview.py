@@ -1,30 +1,25 @@
 """What an on-call action would do, before it is done (read-only).
 
-A retry re-decides the run: the same ``RecoveryInput`` that ``services.run_retry`` gathers, fed to
-the pure ``recovery.recovery_decide``. Nothing is written; the real retry decides again at the time.
+A retry re-decides the run: the ``RecoveryInput`` that ``services.run_retry`` decides on
+(``services.retry_input``), fed to the pure ``recovery.recovery_decide``. Nothing is written; the real
+retry decides again at the time.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 from django.utils import timezone
 
 from ledger.domain import recovery
 from ledger import services
-from ledger.models import HOLDING_STATES, Run
+from ledger.models import Run
 
 
 def retry_preview(run: Run, *, now=None) -> dict:
     """The decision a retry would take now, and how many effects it would verify versus execute."""
     now = now or timezone.now()
-    others = list(Run.objects.filter(workflow_id=run.workflow_id, intent=run.intent,
-                                     state__in=(*HOLDING_STATES, "escalated")).exclude(id=run.id))
-    inp, _ = services.recovery_input_gather(
-        workflow=run.workflow, intent=run.intent, fingerprint=run.input_fingerprint,
-        policy_version=run.policy_version, env_fingerprint=run.env_fingerprint, others=others, now=now)
-    # run_retry marks the run retried before gathering, so failures before now no longer count.
-    decision = recovery.recovery_decide(dataclasses.replace(inp, failed_runs_since_progress=0))
+    others = services.holding_runs(workflow=run.workflow, intent=run.intent, exclude=run.id)
+    inp, _ = services.retry_input(run, others=others, now=now)
+    decision = recovery.recovery_decide(inp)
     effect_stages = [s for s in inp.workflow.stages if s in inp.workflow.effect_stages]
     verified_keys = set(decision.verify_effects)
     by_stage = {e.stage: e for e in inp.effects if e.status != "failed"}
@@ -38,17 +33,14 @@ def retry_preview(run: Run, *, now=None) -> dict:
 
 def action_preview(run: Run, action: str) -> dict:
     """Per action: whether it applies to the run now, and what it would do."""
+    refusal = services.oncall_refusal(action, run)
+    if refusal:
+        return {"applies": False, "why": refusal}
     if action == "retry":
-        if run.state != "escalated":
-            return {"applies": False, "why": f"only an escalated run can be retried (this one is {run.state})"}
         return {"applies": True, **retry_preview(run)}
     if action == "compensate":
-        if run.state not in ("escalated", "compensate"):
-            return {"applies": False, "why": f"only an escalated run can be compensated (this one is {run.state})"}
         plan = services.compensation_plan(run)
         if plan is None:
             return {"applies": False, "why": "nothing to compensate deterministically"}
         return {"applies": True, "plan": plan}
-    if run.state != "escalated":
-        return {"applies": False, "why": f"only an escalated run can be abandoned (this one is {run.state})"}
     return {"applies": True, "final": True}

@@ -16,6 +16,7 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
 from stateboard.client import Client, StateboardError
+from stateboard.mcp.kinds import AGENT_KINDS
 from stateboard.mcp.tools import AnswerLost, Tools
 
 # The resume packet's own rules (SPEC §9.2, the packet's ``rules``), word for word, then the decision's.
@@ -51,6 +52,7 @@ RULES_TEXT = "\n".join(
      "stateboard_resume_packet instead of chat history."]
     + [f"- {rule}" for rule in (*PACKET_RULES, *DECISION_RULES, *STAGE_RULES)])
 DECIDE = " ".join(DECISION_RULES)
+EVENT_KINDS = "; ".join(f"{kind} ({summary})" for kind, summary in AGENT_KINDS)
 RUN_BODY = ("Answers the run: id, state, decision {outcome, reason_code, resume_from, verify_effects}, "
             "current_stage, lease.")
 
@@ -124,14 +126,12 @@ def build_server(client: Client) -> MCPServer:
     ) -> CallToolResult:
         return answer(lambda: tools.resume_packet(run_id, budget_tokens=budget_tokens))
 
-    @server.tool(description="Append one event to a run you hold: kind started, succeeded, failed, skipped, "
-                             "unknown, verified or proposed on a stage. " + " ".join(STAGE_RULES) + " "
-                             + DECISION_RULES[1])
+    @server.tool(description=f"Append one event on a stage of a run you hold; kind is one of: {EVENT_KINDS}. "
+                             + " ".join(STAGE_RULES) + " " + DECISION_RULES[1])
     def stateboard_event(
         run_id: RunId,
         stage: Stage,
-        kind: Annotated[str, Field(description="started, succeeded, failed, skipped, unknown, verified, "
-                                               "proposed, ...")],
+        kind: Annotated[str, Field(description=", ".join(kind for kind, _ in AGENT_KINDS))],
         effect: Annotated[Json | None, Field(description="{system, operation, reference}")] = None,
         evidence: Annotated[list[Json] | None, Field(description="[{uri, observed_at, digest?, excerpt?}]")] = None,
         reason_code: str | None = None,
