@@ -1,9 +1,7 @@
 """``/runs/``: triggers, the list and a run's detail, leases, the chain check."""
 
-import functools
 import time
 
-from django.db import transaction
 from drf_spectacular.utils import OpenApiResponse, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -61,16 +59,10 @@ class RunListCreateApi(PolicyListApi):
         run, created = services.run_trigger(
             workflow_slug=data["workflow"], intent=data.get("intent") or None, trigger=trigger,
             trigger_key=data.get("trigger_key") or None, inputs=data["inputs"],
-            env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(user), staged=data.get("staged", False))
-        if created:  # a duplicate decided nothing
-            transaction.on_commit(functools.partial(_decision_latency_record, run, arrived), robust=True)
+            env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(user), staged=data.get("staged", False),
+            arrived=arrived)
         return Response(run_body(run, duplicate=not created),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
-
-
-def _decision_latency_record(run: Run, arrived: float) -> None:
-    """Runs once the trigger's transaction (and so its `decided` event) has committed."""
-    Run.objects.filter(id=run.id, intent=run.intent).update(decision_latency_ms=(time.monotonic() - arrived) * 1000)
 
 
 class RunLeaseInputSerializer(serializers.Serializer):
