@@ -42,6 +42,11 @@ def may_propose(user, claim_or_key=None) -> None:
     require_role(user, AGENT, OWNER, detail=only_roles_may([AGENT, OWNER], "propose claims"))
 
 
+def may_reconcile(user, subject=None) -> None:
+    """Merge a checkpoint's memory snapshot into the live store: an agent, or an owner."""
+    require_role(user, AGENT, OWNER, detail=only_roles_may([AGENT, OWNER], "reconcile knowledge"))
+
+
 def may_refresh(user, claim_or_key=None) -> None:
     require_person(user, *REVIEWER_ROLES, detail=only_roles_may(REVIEWER_ROLES, "refresh claims"))
 

@@ -11,6 +11,7 @@ from stateboard.roles import AGENT, EDITOR, ONCALL, OWNER, only_roles_may, requi
 
 ONCALL_ROLES = (ONCALL,)
 TRIGGER_ROLES = (AGENT, EDITOR, OWNER, ONCALL)
+GOAL_ROLES = (OWNER, EDITOR, AGENT)
 
 
 def deciding_roles(approval: Approval) -> tuple[str, ...]:
@@ -70,6 +71,14 @@ def may_save_checkpoint(user, run=None) -> None:
 
 def may_edit_workflow(user, workflow=None) -> None:
     require_role(user, OWNER, detail=only_roles_may([OWNER], "create or change workflows"))
+
+
+def may_post_goal(user, workflow=None) -> None:
+    require_role(user, *GOAL_ROLES, detail=only_roles_may(GOAL_ROLES, "post goals"))
+
+
+def may_lease(user, subject=None) -> None:
+    require_role(user, AGENT, detail=only_roles_may([AGENT], "lease runs"))
 
 
 # What templates may ask by name (``{% may "retry" run as can_retry %}``), never a role name.

@@ -181,6 +181,13 @@ CASES = {
                             api=lambda c, m: _post(c, "/api/v1/workflows/", {"slug": unique("wf")})),
     "edit workflow": Case(A[L + "may_edit_workflow"], _workflow, lambda m: Workflow.objects.get(slug=m["slug"]),
                           api=lambda c, m: c.patch(f"/api/v1/workflows/{m['slug']}/", {"title": "T"}, format="json")),
+    "post goal": Case(A[L + "may_post_goal"], _workflow, lambda m: Workflow.objects.get(slug=m["slug"]),
+                      api=lambda c, m: _post(c, f"/api/v1/workflows/{m['slug']}/goals/",
+                                             {"intent": unique("i"), "objective": "matrix"})),
+    "lease": Case(A[L + "may_lease"], _workflow, lambda m: None,
+                  api=lambda c, m: _post(c, "/api/v1/runs/lease/", {"workflows": [m["slug"]]})),
+    "reconcile": Case(A[K + "may_reconcile"], lambda p: {}, lambda m: None,
+                      api=lambda c, m: _post(c, "/api/v1/knowledge/reconcile/", {"entries": []})),
     "propose": Case(A[K + "may_propose"], lambda p: {}, lambda m: None,
                     api=lambda c, m: _post(c, "/api/v1/claims/", proposal())),
     "accept inference": Case(A[K + "may_accept"], lambda p: _pending(p, confidence="engineering-inference"),
@@ -280,3 +287,19 @@ def test_authorizers_matrix_claim_refusals_are_audited_alike_on_page_and_api(peo
     assert api.status_code == 403 and api.json()["code"] == "not_claim_owner"
     entries = AuditEntry.objects.filter(target=made["key"], action="claim_revoke", outcome="refused")
     assert [e.code for e in entries] == ["not_claim_owner"] * 2
+
+
+def test_the_services_ask_the_authorizers_their_policies_name(people):
+    """A caller of the service (not only of the API) meets the rule: a goal, a lease and a reconcile are
+    refused to whom their policy refuses them."""
+    from knowledge import services as knowledge_services
+    from ledger import services
+    from stateboard.errors import Refused
+
+    workflow = make_workflow()
+    viewer, editor = people["viewer"][0], people["editor"][0]
+    for call in (lambda: services.goal_create(workflow_slug=workflow.slug, intent="i", objective="o", user=viewer),
+                 lambda: services.run_lease(user=editor, workflows=[workflow.slug]),
+                 lambda: knowledge_services.knowledge_reconcile(user=viewer, entries=[])):
+        with pytest.raises(Refused):
+            call()

@@ -73,7 +73,7 @@ class RunLeaseInputSerializer(serializers.Serializer):
 class RunLeaseApi(PolicyApi):
     """SPEC §9.1: the earliest-queued run, now leased to the calling agent (200), or 204."""
 
-    policy = {"POST": Policy(roles={AGENT}, agents=agents_of_lease, audit="lease")}
+    policy = {"POST": Policy(roles=ANY, authorizer=authorizers.may_lease, agents=agents_of_lease, audit="lease")}
 
     @operation(OPS["runs_lease_create"], request=RunLeaseInputSerializer,
                responses={200: RunDetailOutputSerializer, 204: OpenApiResponse(description="no queued run")})
@@ -81,7 +81,7 @@ class RunLeaseApi(PolicyApi):
         data = validated(RunLeaseInputSerializer, body_of(request), strict=True)  # a typo would lease any run
         waits_outside = request.META.get(WAITS_OUTSIDE, False)  # the ASGI entry waits without a thread
         workflows, known = data.get("workflows") or None, lease_workflows_of(request)
-        run = services.run_lease(actor=actor_for(request.user), workflows=workflows,
+        run = services.run_lease(user=request.user, workflows=workflows,
                                  wait_seconds=0 if waits_outside else data["wait_seconds"],
                                  existing=set(known) if workflows and set(workflows) <= set(known) else None)
         if run is None:
