@@ -7,7 +7,7 @@ and has the last word. The role vocabulary is ``stateboard.roles``.
 
 from ledger.models import Approval
 from stateboard.errors import Refused
-from stateboard.roles import AGENT, EDITOR, ONCALL, OWNER, only_roles_may, require_person, require_role
+from stateboard.roles import AGENT, EDITOR, ONCALL, OWNER, has_role, only_roles_may, require_person, require_role
 
 ONCALL_ROLES = (ONCALL,)
 TRIGGER_ROLES = (AGENT, EDITOR, OWNER, ONCALL)
@@ -71,6 +71,11 @@ def may_save_checkpoint(user, run=None) -> None:
 
 def may_edit_workflow(user, workflow=None) -> None:
     require_role(user, OWNER, detail=only_roles_may([OWNER], "create or change workflows"))
+
+
+def sees_executors(user) -> bool:
+    """A workflow's ``executors`` (handler URLs, the names of secret variables) are shown to owners only."""
+    return has_role(user, OWNER)
 
 
 def may_post_goal(user, workflow=None) -> None:
