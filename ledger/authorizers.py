@@ -6,7 +6,7 @@ and has the last word. The role vocabulary is ``stateboard.roles``.
 """
 
 from ledger.models import Approval
-from stateboard.errors import Refused
+from stateboard.errors import Invalid, Refused
 from stateboard.roles import AGENT, EDITOR, ONCALL, OWNER, has_role, only_roles_may, require_person, require_role
 
 ONCALL_ROLES = (ONCALL,)
@@ -84,6 +84,17 @@ def may_post_goal(user, workflow=None) -> None:
 
 def may_lease(user, subject=None) -> None:
     require_role(user, AGENT, detail=only_roles_may([AGENT], "lease runs"))
+
+
+ONCALL_ACTIONS = {"retry": may_retry, "compensate": may_compensate, "abandon": may_abandon}
+
+
+def may_act_in_bulk(user, action: str) -> None:
+    """On-call's bulk action (``action``, one of ``ONCALL_ACTIONS``; another is 400 ``unknown_action``):
+    whoever may take that action on a run."""
+    if action not in ONCALL_ACTIONS:
+        raise Invalid("unknown_action", f"The bulk action is one of {', '.join(ONCALL_ACTIONS)}.", status_code=400)
+    ONCALL_ACTIONS[action](user, None)
 
 
 # What templates may ask by name (``{% may "retry" run as can_retry %}``), never a role name.

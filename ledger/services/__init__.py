@@ -21,7 +21,8 @@ from ledger.services.goals import goal_create, goals_of
 from ledger.services.leases import lease_release_undelivered, run_lease
 from ledger.services.notifications import (approval_notify, notification_read, notifications_read_all, notifications_send,
                                           notifications_settle)
-from ledger.services.oncall import compensation_plan, run_abandon, run_compensate, run_retry
+from ledger.services.oncall import (compensation_plan, run_abandon, run_act, run_compensate, run_retry,
+                                    runs_act_in_bulk)
 from ledger.services.outbox import outbox_put, outbox_relay
 from ledger.services.rollback import rollback_preview, run_rollback
 from ledger.services.slack import slack_signatures_prune
@@ -42,7 +43,7 @@ __all__ = [
     "holding_runs",
     "parse_moment", "permit_find", "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate",
     "approval_notify", "notification_read", "notifications_read_all", "notifications_send", "notifications_settle",
-    "rollups_refresh", "run_retry", "run_trigger", "runs_expire_leases", "executor_run", "executor_sweep", "run_lease", "outbox_put",
+    "rollups_refresh", "run_act", "run_retry", "runs_act_in_bulk", "run_trigger", "runs_expire_leases", "executor_run", "executor_sweep", "run_lease", "outbox_put",
     "outbox_relay", "schedule_tick", "workflow_create", "workflow_update", "workflow_validate",
     "file_form", "file_parse", "outcome_lines", "workflows_apply", "lease_release_undelivered",
 ]
