@@ -7,7 +7,8 @@ and has the last word. The role vocabulary is ``stateboard.roles``.
 
 from ledger.models import Approval
 from stateboard.errors import Invalid, Refused
-from stateboard.roles import AGENT, EDITOR, ONCALL, OWNER, has_role, only_roles_may, require_person, require_role
+from stateboard.roles import (AGENT, EDITOR, HUMAN_ROLES, ONCALL, OWNER, has_role, only_roles_may, require_person,
+                              require_role)
 
 ONCALL_ROLES = (ONCALL,)
 TRIGGER_ROLES = (AGENT, EDITOR, OWNER, ONCALL)
@@ -86,6 +87,11 @@ def may_lease(user, subject=None) -> None:
     require_role(user, AGENT, detail=only_roles_may([AGENT], "lease runs"))
 
 
+def may_save_view(user, subject=None) -> None:
+    """A saved view of the runs page is named for the team by a person (agents never)."""
+    require_person(user, *HUMAN_ROLES, detail="Agents may not save views; a person does.")
+
+
 ONCALL_ACTIONS = {"retry": may_retry, "compensate": may_compensate, "abandon": may_abandon}
 
 
@@ -100,5 +106,5 @@ def may_act_in_bulk(user, action: str) -> None:
 # What templates may ask by name (``{% may "retry" run as can_retry %}``), never a role name.
 BY_NAME = {
     "decide": may_decide_approval, "retry": may_retry, "compensate": may_compensate, "abandon": may_abandon,
-    "rollback": may_rollback, "trigger": may_trigger, "edit_workflow": may_edit_workflow,
+    "rollback": may_rollback, "trigger": may_trigger, "edit_workflow": may_edit_workflow, "save_view": may_save_view,
 }

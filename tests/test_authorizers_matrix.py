@@ -186,6 +186,8 @@ CASES = {
                                              {"intent": unique("i"), "objective": "matrix"})),
     "lease": Case(A[L + "may_lease"], _workflow, lambda m: None,
                   api=lambda c, m: _post(c, "/api/v1/runs/lease/", {"workflows": [m["slug"]]})),
+    "save view": Case(A[L + "may_save_view"], lambda p: {}, lambda m: None, page=lambda c, m: c.post(
+        reverse("ledger:saved_view_create"), {"name": unique("view"), "query": "state=failed"}, **HX)),
     "bulk retry": Case(A[L + "may_act_in_bulk"], _escalated, lambda m: "retry", page=lambda c, m: c.post(
         reverse("ledger:oncall_bulk"), {"action": "retry", "run": [m["run"]], "reason": "matrix"}, **HX)),
     "reconcile": Case(A[K + "may_reconcile"], lambda p: {}, lambda m: None,
@@ -292,8 +294,8 @@ def test_authorizers_matrix_claim_refusals_are_audited_alike_on_page_and_api(peo
 
 
 def test_the_services_ask_the_authorizers_their_policies_name(people):
-    """A caller of the service (not only of the API) meets the rule: a goal, a lease and a reconcile are
-    refused to whom their policy refuses them."""
+    """A caller of the service (not only of the API) meets the rule: a goal, a lease, a reconcile and a
+    saved view are refused to whom their policy refuses them."""
     from knowledge import services as knowledge_services
     from ledger import services
     from stateboard.errors import Refused
@@ -302,6 +304,7 @@ def test_the_services_ask_the_authorizers_their_policies_name(people):
     viewer, editor = people["viewer"][0], people["editor"][0]
     for call in (lambda: services.goal_create(workflow_slug=workflow.slug, intent="i", objective="o", user=viewer),
                  lambda: services.run_lease(user=editor, workflows=[workflow.slug]),
-                 lambda: knowledge_services.knowledge_reconcile(user=viewer, entries=[])):
+                 lambda: knowledge_services.knowledge_reconcile(user=viewer, entries=[]),
+                 lambda: services.saved_view_save(name="v", query="", user=people["agent"][0])):
         with pytest.raises(Refused):
             call()
