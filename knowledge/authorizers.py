@@ -99,3 +99,7 @@ def _may_clear(user, reason: str, owner_id: int | None) -> bool:
     if reviewers is None:  # a revoked key: the claim's owner
         return acts_as_claim_owner(user, owner_id)
     return has_role(user, *reviewers)
+
+
+# Each claim action's authorizer by name, for showing only the buttons a user may use (``allowed``).
+BY_NAME = {"accept": may_accept, "refresh": may_refresh, "invalidate": may_invalidate, "revoke": may_revoke}

@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils.functional import cached_property
 
 from ledger import selectors
-from ledger.models import Run
+from ledger.models import Approval, Run
 from stateboard.errors import Invalid
 from stateboard.redact import redact
 
@@ -41,6 +41,13 @@ def run_or_404(run_id) -> Run:
 def run_of_page(request, kwargs) -> Run:
     """The run of a page's ``<uuid:run_id>`` path (a 404 page when there is none)."""
     return run_or_404(kwargs["run_id"])
+
+
+def approval_of_page(request, kwargs) -> Approval:
+    try:
+        return selectors.approval_get(approval_id=kwargs["approval_id"])
+    except Approval.DoesNotExist:
+        raise Http404("No such approval request.")
 
 
 def form_error_text(form) -> str:
