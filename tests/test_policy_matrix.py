@@ -1,7 +1,7 @@
 """One door (SPEC §11.1), generated from the URLconf: every endpoint, API and page, declares a policy;
 each refusal a policy names (the lease, the workflow's ``agents``, the rate limit, a page action's roles
 and authorizer) happens on every endpoint it applies to, appends and triggers included, and nothing is
-written when it does. Sign-in and the admin are in it."""
+written when it does. Sign-in and the admin are in it: the admin writes the ledger only through a service."""
 
 import re
 import uuid
@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import pytest
-from django.test import Client, override_settings
+from django.contrib import admin
+from django.test import Client, RequestFactory, override_settings
 from django.urls import get_resolver, resolve, reverse
 from django.utils import timezone
 
-from ledger.models import Approval, AuditEntry, Checkpoint, LedgerEvent, Notification, Run, Workflow
+from ledger.models import Approval, ApiToken, AuditEntry, Checkpoint, LedgerEvent, Notification, Run, Workflow
 from stateboard.policy import ANY, PUBLIC, policy_of
 from tests.factories import HX, client_for, make_agent, make_operator, make_workflow, page_client, unique
 from tests.ledger.helpers import AgentDriver
@@ -371,3 +372,31 @@ def test_a_page_action_refuses_whom_its_policy_refuses_and_writes_nothing(name, 
     let_through = page_client(people[role][0]).post(url, form, **HX)
     assert let_through.status_code not in (401, 403) and let_through.status_code < 500, (name, role, let_through)
 
+
+# ---------------------------------------------------------------- the admin
+
+def test_the_admin_writes_the_ledger_only_through_its_services():
+    """Every ledger and knowledge model is read-only in the admin (no add, change or delete, even for a
+    superuser); a token is revoked there by ``ledger.auth.token_revoke``, which audits it."""
+    boss, _ = make_operator("owner")
+    boss.is_staff = boss.is_superuser = True
+    boss.save(update_fields=["is_staff", "is_superuser"])
+    request = RequestFactory().get("/admin/")
+    request.user = boss
+    writable = [f"{model._meta.label}: {verb}" for model, model_admin in admin.site._registry.items()
+                if model._meta.app_label in ("ledger", "knowledge")
+                for verb in ("add", "change", "delete")
+                if getattr(model_admin, f"has_{verb}_permission")(request, *(() if verb == "add" else (None,)))]
+    assert not writable, writable
+    assert {m._meta.label for m in admin.site._registry} >= {"ledger.Workflow", "ledger.Agent", "ledger.ApiToken"}
+    agent, _ = make_agent()
+    token = ApiToken.objects.get(user=agent)
+    client = page_client(boss)
+    workflow = make_workflow()
+    changed = client.post(f"/admin/ledger/workflow/{workflow.id}/change/", {"title": "changed"})
+    assert changed.status_code == 403 and Workflow.objects.get(id=workflow.id).title != "changed"
+    revoked = client.post("/admin/ledger/apitoken/", {"action": "revoke", "_selected_action": [token.id]})
+    assert revoked.status_code == 302 and ApiToken.objects.get(id=token.id).revoked_at is not None
+    entry = AuditEntry.objects.get(action="token_revoke")
+    assert (entry.outcome, entry.actor, entry.target) == ("done", f"user:{boss.username}",
+                                                          f"{agent.username}:{token.prefix}")
