@@ -9,8 +9,8 @@ them trigger their own runs, half long-poll ``lease`` for runs a human queues (a
 fast as those agents finish); each posts one event every 1-3 s with jitter (a stage's ``started`` and
 ``succeeded``), with a long-poll waiting between runs. Per N: append p95, trigger → decision p95 (the
 trigger's own answer: the decision is committed before it answers), lease wait, errors, and the web
-server's and database's CPU (the PostgreSQL server's processes, all of them: the scratch database is
-the only busy one during the bench). The largest N whose append p95 is ≤ 50 ms with no error is the
+server's and database's CPU (the PostgreSQL backends of the scratch database and the server's own
+processes, not other databases' backends). The largest N whose append p95 is ≤ 50 ms with no error is the
 fleet's capacity on this machine, which the load generator shares. The feeder keeps a backlog of queued
 runs (about one per twenty leasing agents), so the lease wait is what an agent waits while runs are queued,
 not how fast a human queues them. Each step also prints the web server's and the database's CPU ms per
@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from ledger.identities import agent_create, operator_create
 from ledger.models import Workflow
 from ledger.ops.bench.appends import web_server
-from ledger.ops.bench.common import BenchError, Out, Report, Row, loadavg, percentile, ratio, verdict
+from ledger.ops.bench.common import BenchError, Out, Report, Row, loadavg, percentile, ratio, raw_connect, verdict
 from stateboard.roles import actor_for
 
 FLEET_WORKFLOW = "bench-fleet"
@@ -111,16 +111,23 @@ def _kind(method: str, path: str) -> str:
 # CPU of the web server and of the database server
 
 
-def _ticks(pids) -> float:
-    total = 0
+def _ticks(pids) -> dict[int, float]:
+    """Each process's CPU seconds so far (utime + stime); a process gone meanwhile is left out."""
+    found = {}
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime + stime
+            found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, IndexError, ValueError):
             pass
-    return total / os.sysconf("SC_CLK_TCK")
+    return found
+
+
+def _spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent between two readings by the processes alive at the second (a process that ended
+    meanwhile takes its seconds with it, so a sum of totals could go down)."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
 
 
 def _descendants(pid: int) -> list[int]:
@@ -137,32 +144,29 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _postgres_pids() -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/comm") as comm:
-                    if comm.read().strip() in ("postgres", "postmaster"):
-                        pids.append(int(entry))
-            except OSError:
-                pass
-    return pids
+def _postgres_pids(db_name: str) -> list[int]:
+    """The database server's processes that work for the bench: the backends connected to its scratch
+    database and the server's own (WAL writer, checkpointer…), not other databases' backends."""
+    with raw_connect(autocommit=True) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s OR backend_type <> 'client backend'",
+                            [db_name]).fetchall()
+    return [pid for (pid,) in rows]
 
 
 class Cpu:
-    """Cores used by the web server's processes and the database server's over a window."""
+    """Cores used over a window by the web server's processes and by the database server's for the bench."""
 
-    def __init__(self, web_pid: int):
-        self.web_pid = web_pid
+    def __init__(self, web_pid: int, db_name: str):
+        self.web_pid, self.db_name = web_pid, db_name
 
     def start(self):
-        self.began, self.web0, self.db0 = time.monotonic(), _ticks(_descendants(self.web_pid)), _ticks(_postgres_pids())
+        self.began = time.monotonic()
+        self.web0, self.db0 = _ticks(_descendants(self.web_pid)), _ticks(_postgres_pids(self.db_name))
 
     def stop(self) -> tuple[float, float]:
         self.elapsed = elapsed = time.monotonic() - self.began
-        return ((_ticks(_descendants(self.web_pid)) - self.web0) / elapsed,
-                (_ticks(_postgres_pids()) - self.db0) / elapsed)
+        return (_spent(self.web0, _ticks(_descendants(self.web_pid))) / elapsed,
+                _spent(self.db0, _ticks(_postgres_pids(self.db_name))) / elapsed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,7 +317,7 @@ def run_fleet(*, out, db_name: str, steps=DEFAULT_STEPS, seconds: float = 30.0, 
         web_pid = _web_pid(base)
         best = 0
         for n in steps:
-            cpu = Cpu(web_pid)
+            cpu = Cpu(web_pid, db_name)
             REQUESTS.clear()
             cpu.start()
             step = asyncio.run(_fleet_step(base, tokens[:n], owner, seconds, warmup))
