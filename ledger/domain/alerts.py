@@ -29,8 +29,9 @@ PARAMETERS = {
     "approval_age": {"minutes": True},
     "queue_age": {"minutes": True},
 }
-# failure_rate (API.md, settled 2026-12-07): how a run ended; runs decided noop are left out.
-BAD_ENDS = (RunState.FAILED, RunState.ESCALATED, RunState.ABANDONED)
+# failure_rate (API.md, settled 2026-12-07): how a run ended (bad: these, or escalated); noop is left out.
+BAD_ENDS = (RunState.FAILED, RunState.ABANDONED)
+ESCALATED = RunState.ESCALATED
 GOOD_ENDS = (RunState.COMPLETED, RunState.COMPENSATED)
 AGED_STATES = (RunState.ESCALATED, RunState.COMPENSATE)  # escalation_age
 
