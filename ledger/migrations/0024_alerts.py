@@ -53,7 +53,7 @@ class Migration(migrations.Migration):
                 ('alert', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='changes', to='ledger.alert')),
             ],
             options={
-                'ordering': ['at', 'id'],
+                'ordering': ['id'],
             },
         ),
         migrations.CreateModel(

@@ -55,7 +55,7 @@ class AlertChange(models.Model):
     reason = models.TextField(blank=True)
 
     class Meta:
-        ordering = ["at", "id"]
+        ordering = ["id"]  # the order they were recorded in
         indexes = [models.Index(fields=["alert", "at"], name="alertchange_alert_at")]
         triggers = append_only_triggers()
 

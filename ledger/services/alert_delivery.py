@@ -63,7 +63,7 @@ def silence_release(now, *, workflow=None, rule: str | None = None) -> int:
             continue  # another beat released it
         for alert in Alert.objects.filter(workflow=silence.workflow, rule=silence.rule, state__in=OPEN_STATES):
             alert.workflow = silence.workflow
-            change = alert.changes.order_by("-at", "-id").first()
+            change = alert.changes.order_by("-id").first()
             delivered += _put(alert, change, f"release-{silence.id}-{int(silence.until.timestamp())}")
     return delivered
 

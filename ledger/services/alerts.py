@@ -18,10 +18,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
+from ledger import authorizers
 from ledger.domain.alerts import AGED_STATES, BAD_ENDS, ESCALATED, GOOD_ENDS, OPEN_STATES, SYSTEM
 from ledger.models import Alert, AlertChange, AlertSilence, Approval, Effect, Run, Workflow
 from ledger.services.alert_delivery import change_deliver, silence_release
+from ledger.services.audit import audit_record
 from stateboard.errors import Conflict, NotFound
+from stateboard.roles import actor_for
 
 TICK_FORMAT = "%Y-%m-%dT%H:%MZ"
 
@@ -190,42 +193,52 @@ def _alert_locked(alert_id) -> Alert:
 
 
 @transaction.atomic
-def alert_acknowledge(*, alert_id, by: str, note: str = "", now=None) -> Alert:
+def alert_acknowledge(*, alert_id, user, note: str = "", now=None) -> Alert:
     """On-call has seen it: firing → acknowledged (acknowledging again records the note, moves nothing)."""
+    authorizers.may_handle_alert(user)
     now = now or timezone.now()
     alert = _alert_locked(alert_id)
     alert.state, alert.updated_at = "acknowledged", now
     alert.save(update_fields=["state", "updated_at"])
-    _record(alert, "acknowledged", by=by, reason=note, now=now)
+    _record(alert, "acknowledged", by=actor_for(user), reason=note, now=now)
     return alert
 
 
 @transaction.atomic
-def alert_resolve(*, alert_id, by: str, reason: str, now=None) -> Alert:
-    now = now or timezone.now()
+def alert_resolve(*, alert_id, user, reason: str, now=None) -> Alert:
+    authorizers.may_handle_alert(user)
     alert = _alert_locked(alert_id)
-    return _close(alert.id, by=by, reason=reason, now=now)
+    return _close(alert.id, by=actor_for(user), reason=reason, now=now or timezone.now())
+
+
+def _rule_require(workflow: Workflow, rule: str) -> None:
+    if rule not in {r.get("name") for r in workflow.alerts}:
+        raise NotFound("alert_rule_not_found", f"The workflow {workflow.slug!r} has no alert rule {rule!r}.")
 
 
 @transaction.atomic
-def silence_set(*, workflow: Workflow, rule: str, minutes: int, reason: str, by: str, user=None,
-                now=None) -> AlertSilence:
-    """Silence ``rule`` for ``minutes`` from now (a silence in force is replaced)."""
+def silence_set(*, workflow: Workflow, rule: str, minutes: int, reason: str, user, now=None) -> AlertSilence:
+    """Silence ``rule`` for ``minutes`` from now (a silence in force is replaced); audited."""
+    authorizers.may_silence_alert(user, workflow)
+    _rule_require(workflow, rule)
     now = now or timezone.now()
-    if rule not in {r["name"] for r in workflow.alerts}:
-        raise NotFound("alert_rule_not_found", f"The workflow {workflow.slug!r} has no alert rule {rule!r}.")
     silence, _ = AlertSilence.objects.update_or_create(
         workflow=workflow, rule=rule, defaults={"until": now + timedelta(minutes=minutes), "reason": reason,
-                                                "by": by, "by_user": user, "created_at": now, "released_at": None})
+                                                "by": actor_for(user), "by_user": user, "created_at": now,
+                                                "released_at": None})
+    audit_record(user=user, action="alert_silence", outcome="done", target=f"{workflow.slug}/{rule}", reason=reason,
+                 data={"minutes": minutes, "until": silence.until.isoformat()})
     return silence
 
 
 @transaction.atomic
-def silence_end(*, workflow: Workflow, rule: str, now=None) -> int:
-    """End a silence early; its rule's open alerts are delivered once (now, not at the next pass)."""
+def silence_end(*, workflow: Workflow, rule: str, user, now=None) -> int:
+    """End a silence early (audited); its rule's open alerts are delivered once, now."""
+    authorizers.may_silence_alert(user, workflow)
+    _rule_require(workflow, rule)
     now = now or timezone.now()
     ended = AlertSilence.objects.filter(workflow=workflow, rule=rule, until__gt=now).update(until=now)
     if not ended:
         raise NotFound("silence_not_found", f"The rule {rule!r} of {workflow.slug!r} is not silenced.")
-    silence_release(now, workflow=workflow, rule=rule)
-    return ended
+    audit_record(user=user, action="alert_silence_end", outcome="done", target=f"{workflow.slug}/{rule}")
+    return silence_release(now, workflow=workflow, rule=rule)

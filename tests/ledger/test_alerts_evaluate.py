@@ -123,7 +123,8 @@ def test_a_silenced_rule_records_but_does_not_deliver_until_the_silence_ends():
     workflow, driver = _crew(_rule("stuck", "escalation_age", minutes=1), max_retries=1)
     driver.escalated_run(stage="discovery")
     now = timezone.now()
-    services.silence_set(workflow=workflow, rule="stuck", minutes=30, reason="maintenance", by="user:x", now=now)
+    services.silence_set(workflow=workflow, rule="stuck", minutes=30, reason="maintenance",
+                         user=make_operator("oncall")[0], now=now)
     services.alerts_evaluate(now + timedelta(minutes=2))
     assert Alert.objects.count() == 1 and not Outbox.objects.filter(task="ledger.tasks.alert_send").exists()
     assert services.alerts_evaluate(now + timedelta(minutes=31))["released"] == 1
