@@ -118,3 +118,17 @@ def test_an_alerts_history_is_append_only(sql):
     with pytest.raises(DatabaseError), transaction.atomic():
         AlertChange.objects.filter(alert=alert).update(reason="rewritten", at=timezone.now() - timedelta(days=1))
     assert AlertChange.objects.get(alert=alert).by == "system"
+
+
+def test_export_ledger_carries_the_rules(monkeypatch):
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    monkeypatch.setenv("STATEBOARD_EXPORT_KEY", "k")
+    make_workflow(slug="exported", alerts=RULES)
+    out = io.StringIO()
+    call_command("export_ledger", stdout=out, stderr=io.StringIO())
+    [line] = [json.loads(t) for t in out.getvalue().splitlines() if '"exported"' in t and '"workflow"' in t]
+    assert line["alerts"] == RULES
