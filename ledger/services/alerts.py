@@ -9,6 +9,7 @@ records the change.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -27,6 +28,7 @@ from stateboard.errors import Conflict, NotFound
 from stateboard.roles import actor_for
 
 TICK_FORMAT = "%Y-%m-%dT%H:%MZ"
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -169,10 +171,15 @@ def alerts_evaluate(now=None) -> dict:
     now = now or timezone.now()
     opened = closed = 0
     for workflow in Workflow.objects.all():
-        rules = {rule["name"]: rule for rule in workflow.alerts} if workflow.archived_at is None else {}
+        rules = {rule.get("name"): rule for rule in workflow.alerts if isinstance(rule, dict)} \
+            if workflow.archived_at is None else {}
         for rule in rules.values():
-            with transaction.atomic():
-                o, c = _rule_evaluate(workflow, rule, now)
+            try:
+                with transaction.atomic():
+                    o, c = _rule_evaluate(workflow, rule, now)
+            except Exception:  # one rule that cannot be read (an imported definition) stops no other
+                logger.exception("alerts: the rule %s/%s was not evaluated", workflow.slug, rule.get("name"))
+                continue
             opened, closed = opened + o, closed + c
         for alert_id in Alert.objects.filter(workflow=workflow, state__in=OPEN_STATES).exclude(
                 rule__in=list(rules)).values_list("id", flat=True):

@@ -12,7 +12,7 @@ from django.core import mail
 from django.utils import timezone
 
 from ledger import services
-from ledger.models import Alert, Notification, Outbox
+from ledger.models import Alert, Notification, Outbox, Workflow
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver
 from tests.ledger.receiver import Receiver
@@ -88,10 +88,19 @@ def test_a_receiver_down_loses_nothing_and_repeats_only_the_send_it_did_not_take
 
 
 def test_one_channel_down_holds_back_only_its_own_deliveries(receiver, settings):
-    settings.STATEBOARD_PAGERDUTY_URL = "http://127.0.0.1:9/down"  # nothing listens there
-    _fire("pagerduty", "webhook")
-    assert services.outbox_relay() == 1
+    with Receiver(mode="unavailable") as down:
+        settings.STATEBOARD_PAGERDUTY_URL = down.url
+        _fire("pagerduty", "webhook")
+        assert services.outbox_relay() == 1
+        assert down.posts.total() == 1
     assert [b["state"] for b in receiver.bodies] == ["firing"]
+
+
+def test_a_rule_that_cannot_be_read_stops_no_other(receiver):
+    broken = make_workflow(approval_stages=[], max_retries=1, alerts=[_rule("webhook")])
+    Workflow.objects.filter(id=broken.id).update(alerts=[{"name": "stuck", "kind": "escalation_age"}])  # no minutes
+    alert = _fire("webhook")
+    assert Alert.objects.get() == alert
 
 
 def test_inapp_and_email_reach_oncall_for_a_page_and_the_owner_for_info(receiver):
