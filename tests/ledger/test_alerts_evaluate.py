@@ -8,7 +8,10 @@ from django.utils import timezone
 
 from ledger import services
 from ledger.models import Alert, AlertChange, Outbox, Workflow
-from ledger.ops.schedules import SWEEPS
+from django_celery_beat.models import PeriodicTask
+
+from ledger import tasks
+from ledger.ops.schedules import SWEEPS, periodic_tasks_ensure
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver, race, raised
 
@@ -34,6 +37,10 @@ def _later(minutes):
 
 def test_beat_evaluates_alerts_every_minute():
     assert SWEEPS["stateboard: evaluate alerts"] == ("ledger.tasks.alerts_evaluate", 60)
+    periodic_tasks_ensure()
+    entry = PeriodicTask.objects.get(name="stateboard: evaluate alerts")
+    assert (entry.task, entry.interval.every) == ("ledger.tasks.alerts_evaluate", 60)
+    assert tasks.alerts_evaluate() == {"opened": 0, "resolved": 0, "released": 0}
 
 
 def test_an_escalation_waiting_too_long_fires_once_and_resolves_when_it_leaves_escalated():
