@@ -42,6 +42,11 @@ def may_propose(user, claim_or_key=None) -> None:
     require_role(user, AGENT, OWNER, detail=only_roles_may([AGENT, OWNER], "propose claims"))
 
 
+def may_reconcile(user, subject=None) -> None:
+    """Merge a checkpoint's memory snapshot into the live store: an agent, or an owner."""
+    require_role(user, AGENT, OWNER, detail=only_roles_may([AGENT, OWNER], "reconcile knowledge"))
+
+
 def may_refresh(user, claim_or_key=None) -> None:
     require_person(user, *REVIEWER_ROLES, detail=only_roles_may(REVIEWER_ROLES, "refresh claims"))
 
@@ -94,3 +99,7 @@ def _may_clear(user, reason: str, owner_id: int | None) -> bool:
     if reviewers is None:  # a revoked key: the claim's owner
         return acts_as_claim_owner(user, owner_id)
     return has_role(user, *reviewers)
+
+
+# Each claim action's authorizer by name, for showing only the buttons a user may use (``allowed``).
+BY_NAME = {"accept": may_accept, "refresh": may_refresh, "invalidate": may_invalidate, "revoke": may_revoke}

@@ -132,6 +132,10 @@ def claim_detail(*, user, key: str) -> dict | None:
 # ---------------------------------------------------------------------------------------------
 # review queues (pages)
 
+def claim_pending(*, key: str, version: int) -> Claim | None:
+    return Claim.objects.filter(key=key, version=version, status=ClaimStatus.PENDING).first()
+
+
 def claims_pending(*, user) -> QuerySet[Claim]:
     """Pending versions newer than their key's current value: what reviewers must decide."""
     current_sv = Subquery(ClaimHead.objects.filter(key=OuterRef("key")).values("current__store_version")[:1])

@@ -1,11 +1,10 @@
 from django.contrib import admin, messages
-from django.utils import timezone
 from django.utils.html import format_html
 
 from stateboard.admin import ReadOnlyAdmin
 from stateboard.redact import redact, redact_json
 
-from ledger.services.workflows import POLICY_FIELDS
+from ledger.auth import token_revoke
 from ledger.models import Agent, ApiToken, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
 
 
@@ -35,15 +34,11 @@ class RedactedAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Workflow)
-class WorkflowAdmin(admin.ModelAdmin):
-    """Policy is changed through the API (validated, audited, synced to beat), never here."""
+class WorkflowAdmin(ReadOnlyAdmin):
+    """Workflows change through the API or apply (validated, audited, synced to beat), never here."""
 
     list_display = ["slug", "title", "policy_version", "max_retries", "lease_seconds", "schedule", "owner"]
     search_fields = ["slug", "title"]
-    readonly_fields = ["slug", *POLICY_FIELDS]
-
-    def has_add_permission(self, request):
-        return False
 
 
 @admin.register(Run)
@@ -95,23 +90,23 @@ class AuditEntryAdmin(RedactedAdmin):
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(ReadOnlyAdmin):
+    """Agents are created by the commands (``create_agent``)."""
+
     list_display = ["user", "owner", "created_at"]
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
-    """Tokens are created by the commands (the key is shown once); here they can only be revoked."""
+class ApiTokenAdmin(ReadOnlyAdmin):
+    """Tokens are created by the commands (the key is shown once); here they can only be revoked, through
+    ``ledger.auth.token_revoke`` (audited)."""
 
     list_display = ["prefix", "user", "created_at", "revoked_at"]
     list_filter = ["revoked_at"]
-    readonly_fields = ["user", "prefix", "key_hash", "created_at", "revoked_at"]
     actions = ["revoke"]
-
-    def has_add_permission(self, request):
-        return False
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request, queryset):
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        hashes = queryset.filter(revoked_at__isnull=True).values_list("key_hash", flat=True)
+        count = sum(token_revoke(key_hash=key_hash, user=request.user) for key_hash in hashes)
         self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)

@@ -6,10 +6,12 @@ deactivated user or a changed role is seen by the next request.
 
 import secrets
 
+from django.db import transaction
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from ledger.models import ApiToken
+from ledger.services.audit import audit_record
 from ledger.store import store
 from stateboard.canonical import sha256_hex
 from stateboard.roles import roles_remember
@@ -22,9 +24,17 @@ def token_issue(*, user) -> str:
     return key
 
 
-def token_revoke(*, key: str) -> bool:
-    return bool(ApiToken.objects.filter(key_hash=sha256_hex(key), revoked_at__isnull=True)
-                .update(revoked_at=timezone.now()))
+def token_revoke(*, key_hash: str, user=None) -> bool:
+    """Revoke the active token whose key hashes to ``key_hash``; audited (``token_revoke``) as done by
+    ``user`` (None: the system, e.g. the ``revoke_token`` command). False: no such active token."""
+    with transaction.atomic():
+        token = ApiToken.objects.filter(key_hash=key_hash, revoked_at__isnull=True).select_related("user").first()
+        if token is None or not ApiToken.objects.filter(id=token.id, revoked_at__isnull=True).update(
+                revoked_at=timezone.now()):
+            return False
+        audit_record(user=user, action="token_revoke", outcome="done",
+                     target=f"{token.user.get_username()}:{token.prefix}"[:200])
+    return True
 
 
 def token_key_hash(header: bytes) -> str | None:

@@ -6,11 +6,13 @@ and has the last word. The role vocabulary is ``stateboard.roles``.
 """
 
 from ledger.models import Approval
-from stateboard.errors import Refused
-from stateboard.roles import AGENT, EDITOR, ONCALL, OWNER, only_roles_may, require_person, require_role
+from stateboard.errors import Invalid, Refused
+from stateboard.roles import (AGENT, EDITOR, HUMAN_ROLES, ONCALL, OWNER, has_role, only_roles_may, require_person,
+                              require_role)
 
 ONCALL_ROLES = (ONCALL,)
 TRIGGER_ROLES = (AGENT, EDITOR, OWNER, ONCALL)
+GOAL_ROLES = (OWNER, EDITOR, AGENT)
 
 
 def deciding_roles(approval: Approval) -> tuple[str, ...]:
@@ -85,9 +87,38 @@ def may_edit_workflow(user, workflow=None) -> None:
     require_role(user, OWNER, detail=only_roles_may([OWNER], "create or change workflows"))
 
 
+def sees_executors(user) -> bool:
+    """A workflow's ``executors`` (handler URLs, the names of secret variables) are shown to owners only."""
+    return has_role(user, OWNER)
+
+
+def may_post_goal(user, workflow=None) -> None:
+    require_role(user, *GOAL_ROLES, detail=only_roles_may(GOAL_ROLES, "post goals"))
+
+
+def may_lease(user, subject=None) -> None:
+    require_role(user, AGENT, detail=only_roles_may([AGENT], "lease runs"))
+
+
+def may_save_view(user, subject=None) -> None:
+    """A saved view of the runs page is named for the team by a person (agents never)."""
+    require_person(user, *HUMAN_ROLES, detail="Agents may not save views; a person does.")
+
+
+ONCALL_ACTIONS = {"retry": may_retry, "compensate": may_compensate, "abandon": may_abandon}
+
+
+def may_act_in_bulk(user, action: str) -> None:
+    """On-call's bulk action (``action``, one of ``ONCALL_ACTIONS``; another is 400 ``unknown_action``):
+    whoever may take that action on a run."""
+    if action not in ONCALL_ACTIONS:
+        raise Invalid("unknown_action", f"The bulk action is one of {', '.join(ONCALL_ACTIONS)}.", status_code=400)
+    ONCALL_ACTIONS[action](user, None)
+
+
 # What templates may ask by name (``{% may "retry" run as can_retry %}``), never a role name.
 BY_NAME = {
     "decide": may_decide_approval, "retry": may_retry, "compensate": may_compensate, "abandon": may_abandon,
-    "rollback": may_rollback, "trigger": may_trigger, "edit_workflow": may_edit_workflow,
+    "rollback": may_rollback, "trigger": may_trigger, "edit_workflow": may_edit_workflow, "save_view": may_save_view,
     "handle_alert": may_handle_alert, "silence_alert": may_silence_alert,
 }

@@ -4,6 +4,8 @@ Every signed-in role reads every run, approval and effect, so these take no ``us
 contract scopes what a user sees (sensitive claims), the selector takes ``user=`` (knowledge).
 """
 
+import uuid
+
 from django.db.models import Case, Count, Exists, Max, Min, OuterRef, Prefetch, Q, Subquery, When, prefetch_related_objects
 from django.utils import timezone
 
@@ -16,6 +18,7 @@ from ledger.domain.alerts import OPEN_STATES
 from ledger.models import (STAGE_OUTCOME_KINDS, Alert, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
                            Notification, ReplayEval, Run, Workflow)
 from ledger.store import store
+from ledger.store.reads import Reads
 from stateboard.limits import rate_limits, throttled_total
 from stateboard.stats import percentile
 
@@ -48,11 +51,26 @@ def run_by_id(run_id, intent: str | None = None):
     return store().runs_by_id(run_id, intent).select_related("workflow").get()
 
 
+_RUN_DETAIL = Reads(lambda *, run_id, intent: [
+    Run.objects.filter(id=run_id, intent=intent),
+    Workflow.objects.filter(id=Subquery(Run.objects.filter(id=run_id, intent=intent).values("workflow_id")[:1])),
+    Effect.objects.filter(run=run_id, intent=intent).order_by("claimed_seq"),
+    Approval.objects.filter(run=run_id).order_by("-created_at")], run_id=uuid.UUID, intent=str)
+
+
 def run_detail(*, run_id, intent: str | None = None):
-    run = run_by_id(run_id, intent)
-    prefetch_related_objects([run], Prefetch("effects", queryset=Effect.objects.filter(intent=run.intent)
-                                             .select_related("workflow").order_by("claimed_seq")),
-                             Prefetch("approvals", queryset=Approval.objects.order_by("-created_at")))
+    """The run with its workflow, effects (oldest claim first) and approvals (newest first); read in one
+    round trip when its intent is known, else after its key."""
+    intent = store().intent_of(run_id, intent)
+    runs, workflows, effects, approvals = store().reads(_RUN_DETAIL, run_id=run_id, intent=intent) if intent else ([],) * 4
+    if not runs:
+        raise Run.DoesNotExist(f"No run {run_id}.")
+    run, run.workflow = runs[0], workflows[0]
+    for effect in effects:
+        effect.run, effect.workflow = run, run.workflow
+    for approval in approvals:
+        approval.run = run
+    run._prefetched_objects_cache = {"effects": effects, "approvals": approvals}
     return run
 
 

@@ -203,9 +203,11 @@ def safe_next(request, default: str) -> str:
 
 
 def page(policy: Policy, *, back: str | Callable | None = None):
-    """Wrap a page view ``(request, **kwargs)`` in ``policy``: sign-in, rate, role, authorizer, then the
-    view. A refusal is recorded (``audit``) and answered as a page: plain text with its status for htmx,
-    a 403 page for a missing role or authorizer refusal, else a redirect ``back`` with the message."""
+    """Wrap a page view ``(request, **kwargs)`` in ``policy``: sign-in, rate, the form (a NUL refuses it
+    whole, before an authorizer's subject reads it), role, authorizer, then the view. A refusal is recorded
+    (``audit``) and answered as a page: plain text with its status for htmx, a page with its status for a
+    missing role, an authorizer's refusal or a malformed request (400), else a redirect ``back`` with the
+    message."""
 
     def decorate(view):
         @functools.wraps(view)
@@ -221,10 +223,10 @@ def page(policy: Policy, *, back: str | Callable | None = None):
             except exceptions.Throttled as exc:
                 return throttled_answer_page(request, exc)
             try:
-                access_check(policy, request, kwargs)
                 if _form_holds_nul(request):
                     raise Invalid("nul_byte", "A form field holds a NUL character; it is refused, never sanitised.",
                                   status_code=400)
+                access_check(policy, request, kwargs)
                 return view(request, **kwargs)
             except DomainError as exc:
                 refusal_audit(policy, exc, request, kwargs)
@@ -259,8 +261,8 @@ def refusal_answer_page(request, exc: DomainError, back: str) -> HttpResponse:
     message = page_message(exc)
     if getattr(request, "htmx", False):
         return HttpResponse(message, status=exc.status_code, content_type="text/plain; charset=utf-8")
-    if isinstance(exc, Refused) or exc.status_code == 403:
-        return render(request, "refused.html", {"message": message, "back": back}, status=403)
+    if isinstance(exc, Refused) or exc.status_code in (400, 403):
+        return render(request, "refused.html", {"message": message, "back": back}, status=exc.status_code)
     messages.error(request, message)
     return redirect(back)
 

@@ -88,7 +88,7 @@ def database_config(url: str, *, pool: bool = True) -> dict:
     checked before it is handed out (so one a server restart killed is replaced, never used): from
     psycopg's pool (``pool``), else kept by each thread between requests."""
     config = dj_database_url.parse(url, conn_max_age=0)
-    config["CONN_HEALTH_CHECKS"] = True  # (with the pool: psycopg_pool's check on every getconn)
+    config["CONN_HEALTH_CHECKS"] = True
     if config["ENGINE"] != "django.db.backends.postgresql":
         config["CONN_MAX_AGE"] = int(os.environ.get("DB_CONN_MAX_AGE", "60"))
         return config
@@ -101,7 +101,10 @@ def database_config(url: str, *, pool: bool = True) -> dict:
     # own cursors bind on the client and never prepare.
     options.setdefault("prepare_threshold", 5)
     if pool:
-        # psycopg 3 pool: Django refuses persistent connections (CONN_MAX_AGE) alongside it.
+        # psycopg 3 pool: Django refuses persistent connections (CONN_MAX_AGE) alongside it. A connection is
+        # checked at checkout by our backend, without a round trip unless it has something to read
+        # (stateboard.pool), not by psycopg_pool's empty query.
+        config["ENGINE"], config["CONN_HEALTH_CHECKS"] = "stateboard.postgresql", False
         options["pool"] = {"min_size": 1, "max_size": int(os.environ.get("DB_POOL_MAX", "10"))}
     else:
         config["CONN_MAX_AGE"] = int(os.environ.get("DB_CONN_MAX_AGE", "60"))

@@ -7,7 +7,8 @@ instead of sleeping. ``LeaseWaits`` then parks the request as a future — no th
 connection — and sends the same request through the pipeline again when a run is queued: PostgreSQL
 ``NOTIFY`` (one ``LISTEN`` connection per process) names the queued run's workflow, and the oldest
 waiter that could take it is woken; one that finds nothing passes the wake-up on. On SQLite, which
-cannot notify, a waiter retries once a second. At its deadline a waiter gets the last 204.
+cannot notify, a waiter retries once a second. At its deadline a waiter gets the last 204: while LISTEN
+held, its last look's answer (nothing was queued for it since), so deadlines that meet cost no looks.
 
 A waiter whose client went away (``http.disconnect``) is out of the queue at once, never woken; a lease
 granted to a request whose client is known to be gone is given back at once (``lease_releaser``, wired
@@ -61,6 +62,7 @@ class LeaseWaits:
         self.listen = listen  # False: poll (no NOTIFY)
         self.queue: deque[Waiter] = deque()
         self.generation = 0  # counts wake-ups: a request that missed one while it ran retries at once
+        self.listening = False  # LISTEN in effect: every run queued from now on wakes a waiter
         self._listener: asyncio.Task | None = None
 
     def notify(self, slug: str | None, budget: int | None = None) -> None:
@@ -113,6 +115,7 @@ class LeaseWaits:
             try:
                 async with await psycopg.AsyncConnection.connect(conninfo(), autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
+                    self.listening = True
                     self.wake_all()  # anything queued before LISTEN took effect is looked for now
                     async for note in conn.notifies():
                         self.notify(note.payload or None)
@@ -120,6 +123,8 @@ class LeaseWaits:
                 raise
             except Exception:  # the database went away: waiters fall back on their deadlines meanwhile
                 log.warning("lease waits: LISTEN connection lost; reconnecting", exc_info=True)
+            finally:
+                self.listening = False
             await asyncio.sleep(RECONNECT_SECONDS)
 
 
@@ -240,8 +245,13 @@ class LeaseWaitingApp:
                 if self.waits.generation != generation:
                     slug_budget = 0
                     continue  # a run was queued while this request looked: look again now
+                listened = self.waits.listening
                 woken = await self.waits.wait(Waiter(workflows_of(body), gone), remaining)
                 if gone.done():  # out of the queue before any wake-up could reach it
+                    return await captured.replay(send)
+                if woken is None and listened and self.waits.listening and time.monotonic() >= deadline:
+                    # Its deadline, unwoken while LISTEN held: nothing was queued for it since its last look,
+                    # so its last answer stands (a look now would only stampede when many deadlines meet).
                     return await captured.replay(send)
                 slug_budget = woken if woken and woken[1] > 0 else 0
         finally:

@@ -1,9 +1,10 @@
 """The house's rules, checked on the source: no import circles among the product's modules, knowledge
 imports nothing from ledger, stateboard imports no app, no product module over 500 lines, no second
-request pipeline (docs/architecture.md)."""
+request pipeline, pages name their authorizers only in their policies (docs/architecture.md)."""
 
 import ast
 import functools
+import importlib
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,56 @@ def test_the_domain_is_pure():
                  if ".domain" in name for target in imports_of(name, path, module_level=False)
                  if ".domain" not in target and not target.startswith("stateboard")]
     assert not offending, "\n".join(offending)
+
+
+def _is_rule(value) -> bool:
+    """An authorizer (a ``may_*`` of an authorizers module), or a table of them."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_is_rule(item) for item in value)
+    return callable(value) and str(getattr(value, "__module__", "")).endswith(".authorizers") \
+        and str(getattr(value, "__name__", "")).startswith("may_")
+
+
+def _resolved(node, module):
+    """What a name or a dotted attribute in ``module``'s source is at run time (None: not a global)."""
+    if isinstance(node, ast.Name):
+        return getattr(module, node.id, None)
+    if isinstance(node, ast.Attribute):
+        return getattr(_resolved(node.value, module), node.attr, None)
+    return None
+
+
+def _page_door_breaches(name: str, path: Path) -> list[str]:
+    module = importlib.import_module(name)
+    tree = ast.parse(path.read_text())
+    breaches = [f"{name}.{global_name}: a table of authorizers" for global_name, value in vars(module).items()
+                if isinstance(value, (dict, list, tuple)) and _is_rule(value)]
+    declared = set()  # the nodes where a page may name a rule: a Policy's authorizer=, what allowed() asks
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "Policy":
+                declared |= {id(k.value) for k in node.keywords if k.arg == "authorizer"}
+            elif node.func.id == "allowed" and node.args:
+                declared |= {id(inner) for inner in ast.walk(node.args[0])}
+    decorators = {id(d) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) for d in node.decorator_list}
+    for function in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
+        for node in (inner for statement in function.body for inner in ast.walk(statement)):
+            if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in declared \
+                    and _is_rule(_resolved(node, module)):
+                breaches.append(f"{name}:{node.lineno}: {ast.unparse(node)} outside its page's policy")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "page" \
+                    and id(node) not in decorators:
+                breaches.append(f"{name}:{node.lineno}: a policy built in a view body")
+    return breaches
+
+
+def test_pages_name_their_authorizers_only_in_their_policies():
+    """A page view never calls an authorizer itself (nor through a table of them): its ``@page(Policy(...))``
+    names it, as the API's policies do; ``allowed(...)`` may ask one which buttons to show. A policy is
+    declared once, as a decorator, never built from a request in a view body."""
+    pages = {name: path for name, path in product_modules().items() if name.startswith(("ledger.web", "knowledge.web"))}
+    assert {"ledger.web.oncall", "ledger.web.approvals", "knowledge.web.views"} <= set(pages)
+    breaches = [breach for name, path in sorted(pages.items()) for breach in _page_door_breaches(name, path)]
+    assert not breaches, "\n".join(breaches)

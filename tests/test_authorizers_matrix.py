@@ -39,7 +39,7 @@ class Case:
     authorizer: Callable
     make: Callable                     # (people) -> made: the objects of one channel
     subject: Callable                  # (made) -> the object the authorizer judges (read afresh)
-    api: Callable                      # (client, made) -> response
+    api: Callable | None = None        # (client, made) -> response, when the API offers the action
     page: Callable | None = None       # (client, made) -> response, when a page offers the action
 
 
@@ -200,6 +200,17 @@ CASES = {
     "silence alert rule": Case(A[L + "may_silence_alert"], _alert, lambda m: Workflow.objects.get(slug=m["slug"]),
                                api=lambda c, m: _post(c, f"/api/v1/workflows/{m['slug']}/alerts/stuck/silence/",
                                                       {"minutes": 5, "reason": "matrix"})),
+    "post goal": Case(A[L + "may_post_goal"], _workflow, lambda m: Workflow.objects.get(slug=m["slug"]),
+                      api=lambda c, m: _post(c, f"/api/v1/workflows/{m['slug']}/goals/",
+                                             {"intent": unique("i"), "objective": "matrix"})),
+    "lease": Case(A[L + "may_lease"], _workflow, lambda m: None,
+                  api=lambda c, m: _post(c, "/api/v1/runs/lease/", {"workflows": [m["slug"]]})),
+    "save view": Case(A[L + "may_save_view"], lambda p: {}, lambda m: None, page=lambda c, m: c.post(
+        reverse("ledger:saved_view_create"), {"name": unique("view"), "query": "state=failed"}, **HX)),
+    "bulk retry": Case(A[L + "may_act_in_bulk"], _escalated, lambda m: "retry", page=lambda c, m: c.post(
+        reverse("ledger:oncall_bulk"), {"action": "retry", "run": [m["run"]], "reason": "matrix"}, **HX)),
+    "reconcile": Case(A[K + "may_reconcile"], lambda p: {}, lambda m: None,
+                      api=lambda c, m: _post(c, "/api/v1/knowledge/reconcile/", {"entries": []})),
     "propose": Case(A[K + "may_propose"], lambda p: {}, lambda m: None,
                     api=lambda c, m: _post(c, "/api/v1/claims/", proposal())),
     "accept inference": Case(A[K + "may_accept"], lambda p: _pending(p, confidence="engineering-inference"),
@@ -236,14 +247,12 @@ def test_authorizers_matrix_covers_every_authorizer():
     assert set(A) == {case.authorizer.__module__ + "." + case.authorizer.__name__ for case in CASES.values()}
 
 
-def test_authorizers_matrix_every_authorizer_backs_an_api_view():
-    """Each authorizer is the rule of at least one API view (``view.authorizer``), so none is dead."""
-    from tests.test_roles_matrix import api_endpoints
+def test_authorizers_matrix_every_authorizer_backs_an_endpoint():
+    """Each authorizer is the rule of at least one endpoint's policy (an API view or a page), so none is dead."""
+    from tests.test_policy_matrix import declared, endpoints, methods_of
 
-    from stateboard.policy import policy_of
-
-    used = {getattr(policy_of(cls, method), "authorizer", None) for _, _, cls in api_endpoints() if cls
-            for method in ("GET", "POST", "PATCH")}
+    used = {getattr(declared(view, method), "authorizer", None) for _, _, view in endpoints()
+            for method in methods_of(view)}
     assert set(A.values()) <= used, set(A) - {f"{f.__module__}.{f.__name__}" for f in used if f}
 
 
@@ -256,24 +265,26 @@ def _refused(response) -> bool:
 def test_authorizers_matrix_page_and_api_agree(name, people):
     """For every role: the API (token), the page (session, htmx) and the authorizer give one verdict."""
     case = CASES[name]
-    api_made, page_made = case.make(people), case.make(people) if case.page else None
+    api_made, page_made = case.make(people), case.make(people) if case.page and case.api else None
     verdicts = {}
     # Refused roles first: a refusal writes nothing, so every role meets the object as it was made.
     order = sorted(ROLES, key=lambda role: allowed(case.authorizer, people[role][0], case.subject(api_made)))
     for role in order:
         user, token = people[role]
         expected_refused = not allowed(case.authorizer, user, case.subject(api_made))
-        api_refused = _refused(case.api(client_for(token), api_made))
-        row = {"authorizer": expected_refused, "api": api_refused}
+        row = {"authorizer": expected_refused}
+        if case.api:
+            row["api"] = _refused(case.api(client_for(token), api_made))
         if case.page:
             page = Client()
             page.force_login(user)
-            assert expected_refused == (not allowed(case.authorizer, user, case.subject(page_made)))
-            row["page"] = _refused(case.page(page, page_made))
+            made = page_made or api_made
+            assert expected_refused == (not allowed(case.authorizer, user, case.subject(made)))
+            row["page"] = _refused(case.page(page, made))
         verdicts[role] = row
         assert len(set(row.values())) == 1, (name, role, row)
-    assert any(not row["api"] for row in verdicts.values()), f"{name}: nobody may do it"
-    assert any(row["api"] for row in verdicts.values()), f"{name}: everybody may do it"
+    assert any(not row["authorizer"] for row in verdicts.values()), f"{name}: nobody may do it"
+    assert any(row["authorizer"] for row in verdicts.values()), f"{name}: everybody may do it"
 
 
 def test_authorizers_matrix_refusals_are_audited_once_per_attempt(people):
@@ -299,3 +310,20 @@ def test_authorizers_matrix_claim_refusals_are_audited_alike_on_page_and_api(peo
     assert api.status_code == 403 and api.json()["code"] == "not_claim_owner"
     entries = AuditEntry.objects.filter(target=made["key"], action="claim_revoke", outcome="refused")
     assert [e.code for e in entries] == ["not_claim_owner"] * 2
+
+
+def test_the_services_ask_the_authorizers_their_policies_name(people):
+    """A caller of the service (not only of the API) meets the rule: a goal, a lease, a reconcile and a
+    saved view are refused to whom their policy refuses them."""
+    from knowledge import services as knowledge_services
+    from ledger import services
+    from stateboard.errors import Refused
+
+    workflow = make_workflow()
+    viewer, editor = people["viewer"][0], people["editor"][0]
+    for call in (lambda: services.goal_create(workflow_slug=workflow.slug, intent="i", objective="o", user=viewer),
+                 lambda: services.run_lease(user=editor, workflows=[workflow.slug]),
+                 lambda: knowledge_services.knowledge_reconcile(user=viewer, entries=[]),
+                 lambda: services.saved_view_save(name="v", query="", user=people["agent"][0])):
+        with pytest.raises(Refused):
+            call()

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import pytest
 from django.db import close_old_connections, connections
-from django.db.utils import InterfaceError, OperationalError
+from django.db.utils import InterfaceError, OperationalError, load_backend
 from django.test import Client
 
 from stateboard.settings import database_config
@@ -61,11 +61,13 @@ def own_postgres(django_db_setup, django_db_blocker):
 
 @contextmanager
 def served_from(server: OwnPostgres, *, pool: bool):
-    """This process's default connection on ``server``, configured as the product configures it."""
-    conn = connections["default"]
-    saved = conn.settings_dict
-    conn.close()
-    conn.settings_dict = {**saved, **database_config(server.url(DB), pool=pool), "TEST": saved.get("TEST", {})}
+    """This process's default connection on ``server``, configured as the product configures it (its backend
+    included)."""
+    saved = connections["default"]
+    saved.close()
+    config = {**saved.settings_dict, **database_config(server.url(DB), pool=pool), "TEST": saved.settings_dict.get("TEST", {})}
+    conn = load_backend(config["ENGINE"]).DatabaseWrapper(config, "default")
+    connections["default"] = conn
     try:
         yield conn
     finally:
@@ -73,7 +75,7 @@ def served_from(server: OwnPostgres, *, pool: bool):
         if pool:
             conn.pool.close(timeout=1)  # (its workers may be waiting on a server the test stopped)
             conn.close_pool()
-        conn.settings_dict = saved
+        connections["default"] = saved
 
 
 def served(client, url: str):

@@ -438,6 +438,24 @@ def test_oncall_bulk_plain_post_reports_refusals_and_redirects():
     assert "Retry: 1 done, 1 refused." in html and "Only an escalated run can be retried" in html
 
 
+@pytest.mark.parametrize("action", ["x" * 40, "delete_everything", ""])
+@pytest.mark.parametrize("role", ["oncall", "viewer"])
+def test_oncall_bulk_refuses_an_unknown_action_with_a_400_and_names_no_audit_after_it(escalated, role, action):
+    """The bulk's policy is declared once: an action it does not know (40 characters, a caller's invention,
+    none) is 400 ``unknown_action`` for htmx and plain posts alike, never a 500; nothing is done, and the
+    refusal is audited under the bulk's own name, never one the caller chose."""
+    _, run = escalated
+    client, _ = login(role)
+    form = {"action": action, "run": [run["id"]], "reason": "x"}
+    htmx = client.post(reverse("ledger:oncall_bulk"), form, **HX)
+    assert htmx.status_code == 400 and "bulk action is one of retry, compensate, abandon" in texts(htmx)
+    assert client.post(reverse("ledger:oncall_bulk"), form).status_code == 400
+    assert Run.objects.get(id=run["id"]).state == "escalated"
+    entries = AuditEntry.objects.all()
+    assert {(e.action, e.code) for e in entries} == {("oncall_bulk", "unknown_action")}
+    assert not [e for e in entries if action and action in e.action]
+
+
 def test_oncall_page_query_count_does_not_grow_with_rows(django_assert_max_num_queries):
     wf = escalation_workflow()
     agent = agent_driver(wf)

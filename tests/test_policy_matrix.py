@@ -1,18 +1,26 @@
 """One door (SPEC §11.1), generated from the URLconf: every endpoint, API and page, declares a policy;
-each refusal a policy names (the lease, the workflow's ``agents``, the rate limit) happens on every
-endpoint it applies to, appends and triggers included, and nothing is written when it does."""
+each refusal a policy names (the lease, the workflow's ``agents``, the rate limit, a page action's roles
+and authorizer) happens on every endpoint it applies to, appends and triggers included, and nothing is
+written when it does. Sign-in and the admin are in it: the admin writes the ledger only through a service."""
 
 import re
 import uuid
+from dataclasses import dataclass
+from typing import Callable
 
 import pytest
-from django.test import Client, override_settings
-from django.urls import get_resolver
+from django.contrib import admin
+from django.test import Client, RequestFactory, override_settings
+from django.urls import get_resolver, resolve, reverse
+from django.utils import timezone
 
-from ledger.models import Approval, AuditEntry, Checkpoint, LedgerEvent, Run, Workflow
-from stateboard.policy import policy_of
-from tests.factories import client_for, make_agent, make_operator, make_workflow, page_client
+from ledger.models import Approval, ApiToken, AuditEntry, Checkpoint, LedgerEvent, Notification, Run, Workflow
+from stateboard.policy import ANY, PUBLIC, policy_of
+from tests.factories import HX, client_for, make_agent, make_operator, make_workflow, page_client, unique
 from tests.ledger.helpers import AgentDriver
+from tests.test_authorizers_matrix import (_awaiting, _claim, _completed, _escalated, _pending, _refresh_page,
+                                           _stale_claim)
+from tests.test_page_fuzz import _state
 from tests.test_roles_matrix import _walk
 
 pytestmark = pytest.mark.django_db
@@ -257,3 +265,138 @@ def test_a_lease_follows_the_agents_identity_not_its_name():
     impostor = AgentDriver(client_for(impostor_token), fleet.wf.slug)
     refused = impostor.event(fleet.held, "build", "succeeded", expect=409)
     assert refused["code"] == "lease_held"
+
+
+# ---------------------------------------------------------------- pages: each action's roles and authorizer
+
+ROLES = ("viewer", "editor", "owner", "oncall", "agent")
+PEOPLE = frozenset(ROLES) - {"agent"}
+
+
+@dataclass
+class PageAction:
+    make: Callable          # (people) -> (the route's kwargs, the form posted)
+    allowed: frozenset      # the roles whose post is let through (the others are refused, nothing written)
+
+
+def _run_form(made: Callable, **form):
+    return lambda people: ({"run_id": made(people)["run"]}, {"reason": "matrix", **form})
+
+
+def _claim_form(made: Callable, **form):
+    def make(people):
+        claim = made(people)
+        return {}, {"key": claim["key"], "reason": "matrix", **({"version": claim["version"]} if "version" in claim
+                                                                else {}), **form}
+    return make
+
+
+def _notification(people):
+    notice = Notification.objects.create(user=people["viewer"][0], kind="escalation", subject="matrix", url="/",
+                                         dedupe_key=unique("matrix"), created_at=timezone.now())
+    return {"notification_id": notice.id}, {}
+
+
+PAGE_ACTIONS = {
+    "ledger:saved_view_create": PageAction(lambda p: ({}, {"name": unique("view"), "query": "state=failed"}), PEOPLE),
+    "ledger:run_rollback": PageAction(_run_form(_completed, to_stage="build"), frozenset({"oncall", "owner"})),
+    "ledger:approval_approve": PageAction(lambda p: ({"approval_id": _awaiting(p)["approval"]}, {"reason": "m"}),
+                                          frozenset({"editor"})),
+    "ledger:approval_reject": PageAction(lambda p: ({"approval_id": _awaiting(p)["approval"]}, {"reason": "m"}),
+                                         frozenset({"editor"})),
+    "ledger:oncall_bulk": PageAction(lambda p: ({}, {"action": "abandon", "run": [_escalated(p)["run"]],
+                                                     "reason": "matrix"}), frozenset({"oncall"})),
+    "ledger:run_retry": PageAction(_run_form(_escalated), frozenset({"oncall"})),
+    "ledger:run_compensate": PageAction(_run_form(_escalated), frozenset({"oncall"})),
+    "ledger:run_abandon": PageAction(_run_form(_escalated), frozenset({"oncall"})),
+    "ledger:notification_read": PageAction(_notification, frozenset(ROLES)),
+    "ledger:notification_read_all": PageAction(lambda p: ({}, {}), frozenset(ROLES)),
+    "time_mode": PageAction(lambda p: ({}, {"mode": "utc"}), frozenset(ROLES)),
+    "knowledge:claim_accept": PageAction(_claim_form(lambda p: _pending(p, confidence="engineering-inference")),
+                                         frozenset({"owner", "editor"})),
+    "knowledge:claim_refresh": PageAction(_claim_form(_stale_claim, **_refresh_page(None)),
+                                          frozenset({"owner", "editor"})),
+    "knowledge:claim_invalidate": PageAction(_claim_form(_claim), frozenset({"owner", "editor"})),
+    "knowledge:claim_revoke": PageAction(_claim_form(_claim), frozenset({"owner"})),  # the claim's owner
+}
+
+
+def page_actions() -> dict:
+    """{route name: view} of every page that takes a POST (the API, the admin and sign-in apart)."""
+    return {resolve(_url(route, {})).view_name: view for route, _, view in endpoints()
+            if not route.startswith(("api/", "admin/", "integrations/", "login/")) and "POST" in methods_of(view)}
+
+
+def test_the_page_matrix_covers_every_page_action():
+    """A new page action without its case here fails: its role restriction must be exercised below."""
+    assert set(page_actions()) == set(PAGE_ACTIONS)
+
+
+@pytest.mark.parametrize("name", sorted(PAGE_ACTIONS))
+def test_a_page_action_declares_its_rule_in_its_policy(name):
+    """A page an identity may be refused names that rule in its policy (an authorizer or its roles), never
+    in its body (tests/test_architecture.py); one anyone signed in may use names none."""
+    policy = declared(page_actions()[name], "POST")
+    assert policy is not None and policy.roles != PUBLIC
+    if PAGE_ACTIONS[name].allowed == frozenset(ROLES):
+        assert policy.roles == ANY and policy.authorizer is None
+    else:
+        assert policy.authorizer is not None or policy.roles != ANY
+
+
+@pytest.fixture
+def people():
+    found = {role: make_operator(role) for role in PEOPLE}
+    found["agent"] = make_agent()
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(PAGE_ACTIONS))
+def test_a_page_action_refuses_whom_its_policy_refuses_and_writes_nothing(name, people):
+    """Signed out: sent to sign in (htmx: 401); each role without the right: 403, plain and htmx; nothing
+    written but the refusals' audit entries. Then a role with the right is let through."""
+    case = PAGE_ACTIONS[name]
+    kwargs, form = case.make(people)
+    url = reverse(name, kwargs=kwargs)
+    before, done_before = _state(), AuditEntry.objects.exclude(outcome="refused").count()
+    signed_out = Client().post(url, form)
+    assert signed_out.status_code == 302 and signed_out["Location"].startswith(reverse("login")), signed_out
+    assert Client().post(url, form, **HX).status_code == 401
+    for role in sorted(set(ROLES) - case.allowed):
+        client = page_client(people[role][0])
+        for extra in ({}, HX):
+            assert client.post(url, form, **extra).status_code == 403, (name, role, extra)
+    assert _state() == before
+    assert AuditEntry.objects.exclude(outcome="refused").count() == done_before
+    role = sorted(case.allowed)[0]
+    let_through = page_client(people[role][0]).post(url, form, **HX)
+    assert let_through.status_code not in (401, 403) and let_through.status_code < 500, (name, role, let_through)
+
+
+# ---------------------------------------------------------------- the admin
+
+def test_the_admin_writes_the_ledger_only_through_its_services():
+    """Every ledger and knowledge model is read-only in the admin (no add, change or delete, even for a
+    superuser); a token is revoked there by ``ledger.auth.token_revoke``, which audits it."""
+    boss, _ = make_operator("owner")
+    boss.is_staff = boss.is_superuser = True
+    boss.save(update_fields=["is_staff", "is_superuser"])
+    request = RequestFactory().get("/admin/")
+    request.user = boss
+    writable = [f"{model._meta.label}: {verb}" for model, model_admin in admin.site._registry.items()
+                if model._meta.app_label in ("ledger", "knowledge")
+                for verb in ("add", "change", "delete")
+                if getattr(model_admin, f"has_{verb}_permission")(request, *(() if verb == "add" else (None,)))]
+    assert not writable, writable
+    assert {m._meta.label for m in admin.site._registry} >= {"ledger.Workflow", "ledger.Agent", "ledger.ApiToken"}
+    agent, _ = make_agent()
+    token = ApiToken.objects.get(user=agent)
+    client = page_client(boss)
+    workflow = make_workflow()
+    changed = client.post(f"/admin/ledger/workflow/{workflow.id}/change/", {"title": "changed"})
+    assert changed.status_code == 403 and Workflow.objects.get(id=workflow.id).title != "changed"
+    revoked = client.post("/admin/ledger/apitoken/", {"action": "revoke", "_selected_action": [token.id]})
+    assert revoked.status_code == 302 and ApiToken.objects.get(id=token.id).revoked_at is not None
+    entry = AuditEntry.objects.get(action="token_revoke")
+    assert (entry.outcome, entry.actor, entry.target) == ("done", f"user:{boss.username}",
+                                                          f"{agent.username}:{token.prefix}")

@@ -84,3 +84,47 @@ def test_a_waiter_whose_client_went_is_never_woken_and_a_wake_up_goes_on():
         assert tasks[1].result() == ("a", 1) and not waits.queue
 
     _run(scenario())
+
+
+def _lease_app(waits, looks: list):
+    """A LeaseWaitingApp over a stand-in for the WSGI app that answers every look 204 "may wait 0.2 s"."""
+    from stateboard.waits import WAIT_HEADER, LeaseWaitingApp
+
+    async def app(scope, receive, send):
+        looks.append(1)
+        await send({"type": "http.response.start", "status": 204, "headers": [(WAIT_HEADER.encode(), b"0.2")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    return LeaseWaitingApp(app, waits, 1024)
+
+
+async def _lease(app) -> list[dict]:
+    sent, received = [], asyncio.Event()
+
+    async def receive():
+        if not received.is_set():
+            received.set()
+            return {"type": "http.request", "body": b'{"wait_seconds": 0.2}', "more_body": False}
+        await asyncio.Event().wait()  # the client stays
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/api/v1/runs/lease/"}
+    await app(scope, receive, send)
+    return sent
+
+
+def test_at_its_deadline_a_waiter_answers_its_last_look_while_listen_holds_and_looks_again_otherwise():
+    """Deadlines that meet must not stampede the pipeline: unwoken while LISTEN held, nothing was queued for
+    the waiter since its last look, so that answer is sent. Without LISTEN (lost, or SQLite) it looks again."""
+    async def scenario(listening: bool):
+        waits, looks = LeaseWaits(listen=True), []
+        waits._listener_ensure = lambda: None
+        waits.listening = listening
+        sent = await _lease(_lease_app(waits, looks))
+        assert sent[0]["status"] == 204 and all(name != b"stateboard-lease-wait" for name, _ in sent[0]["headers"])
+        return len(looks)
+
+    assert _run(scenario(True)) == 1
+    assert _run(scenario(False)) == 2

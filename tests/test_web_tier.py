@@ -114,6 +114,30 @@ def test_waiting_leases_leave_the_threads_serving_and_a_queued_run_is_leased_at_
     assert not any("stateboard-lease-wait" in {k.lower() for k in w.headers} for w in waiters)
 
 
+def test_two_hundred_agents_long_polling_on_threads_are_each_answered_in_time(server):
+    """200 agents, each waiting on a thread of its own (as a synchronous client does): a run queued among
+    them is leased within a second, and every other is answered at its deadline, not a second later (their
+    deadlines meet: the last answers cost no looks)."""
+    workflow = make_workflow(stages=["only"], effect_stages=[], approval_stages=[])
+    _, owner = make_operator("owner")
+    tokens = [make_agent()[1] for _ in range(10)]
+    waiters = [Waiter(server, tokens[i % 10], 8, [workflow.slug]) for i in range(200)]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(3.0)  # every one has looked once and is parked
+    assert _call(server, "GET", "/healthz", timeout=3)[0] in (200, 503)
+    status, run, _ = _call(server, "POST", "/api/v1/runs/", {"workflow": workflow.slug, "inputs": {}}, owner)
+    assert status == 201 and run["queued"]
+    queued_at = time.monotonic()
+    leased = _wait_for(lambda: [w for w in waiters if not w.is_alive() and w.status == 200], "a lease", 5)
+    assert time.monotonic() - queued_at <= 1.0 and [w.body["id"] for w in leased] == [run["id"]]
+    for waiter in waiters:
+        waiter.join(15)
+    answered = [w for w in waiters if w.status == 204]
+    assert len(answered) == 199
+    assert max(w.took - w.wait_seconds for w in answered) <= 1.0, max(w.took for w in answered)
+
+
 def test_a_wake_up_reaches_a_waiter_that_may_take_the_run(server):
     """The oldest waiters ask for another workflow, or are not among the workflow's `agents`: the run
     goes to the one that may take it, passed on without waiting for a deadline."""

@@ -13,7 +13,6 @@ from knowledge.api.components import (OPS, ClaimDetailSerializer, ClaimProposalS
 from stateboard.errors import NotFound
 from stateboard.openapi import operation, page_of
 from stateboard.policy import ANY, Policy, PolicyApi
-from stateboard.roles import AGENT, OWNER
 
 PAGE_SIZE, MAX_PAGE_SIZE = 100, 500
 
@@ -229,7 +228,7 @@ ClaimRevokeApi = _tombstone_api(
 class KnowledgeReconcileApi(PolicyApi):
     """Merge a checkpoint's memory snapshot into the live store (a live value or a tombstone wins)."""
 
-    policy = {"POST": Policy(roles={AGENT, OWNER})}
+    policy = {"POST": Policy(roles=ANY, authorizer=authorizers.may_reconcile, audit="knowledge_reconcile")}
 
     class ReconcileInputSerializer(serializers.Serializer):
         entries = serializers.JSONField()

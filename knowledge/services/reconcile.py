@@ -8,6 +8,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from knowledge import authorizers
 from knowledge.domain import gate
 from knowledge import selectors as knowledge_selectors
 from knowledge.models import (
@@ -57,6 +58,7 @@ def knowledge_reconcile(*, user, entries: list, checkpoint=None, version_boundar
     existed live are restored, as a new version through the write gate whose provenance names
     the checkpoint (``restored``; ``rejected`` with reasons when the gate refuses it).
     """
+    authorizers.may_reconcile(user)
     now = now or timezone.now()
     _entries_check(entries)
     if version_boundary is not None and (isinstance(version_boundary, bool) or not isinstance(version_boundary, int)):

@@ -7,8 +7,8 @@ the refusal as plain text with its status code (``app.js`` shows it). The same a
 on the review page, the claims page and a claim's history: each form names the page it came from
 (``next``, checked) and the action answers that page: a redirect back, or with htmx its fragment (the
 review sections, the claim's row, the history's versions). A page offers the buttons the authorizers
-and ``knowledge.domain.actions`` allow (``claim_actions``); the view asks the authorizer again and the
-service has the last word; ``stateboard.refusals`` records a refusal.
+and ``knowledge.domain.actions`` allow (``claim_actions``); each action's policy names its authorizer,
+the service asks it again and has the last word, and ``@page`` records a refusal.
 """
 
 from datetime import timedelta
@@ -33,15 +33,6 @@ from stateboard.policy import ANY, NOTIFICATIONS_CHANGED, Policy, page, safe_nex
 ROWS_PER_SECTION = 200
 REFRESH_AFTER_DEFAULT = timedelta(days=30)
 
-# Each action's authorizer (SPEC §4); the service calls it again under its lock.
-AUTHORIZERS = {
-    "accept": authorizers.may_accept,
-    "refresh": authorizers.may_refresh,
-    "invalidate": authorizers.may_invalidate,
-    "revoke": authorizers.may_revoke,
-}
-
-
 TOMBSTONE_ACTIONS = ("refresh", "invalidate", "revoke")
 
 
@@ -52,7 +43,7 @@ def claim_actions(user, head) -> dict:
     current = head.current if head.current_id else None
     status = current.status if current is not None else None
     acts = {action: actions.state_allows(action, status, removed=bool(head.gc_status) and current is None)
-            and allowed(AUTHORIZERS[action], user, head) for action in TOMBSTONE_ACTIONS}
+            and allowed(authorizers.BY_NAME[action], user, head) for action in TOMBSTONE_ACTIONS}
     acts["any"] = any(acts.values())
     return acts
 
@@ -197,13 +188,24 @@ def _history_context(request, key: str) -> dict:
 
 # ---------------------------------------------------------------- actions
 
+def _key_of_form(request, kwargs) -> str:
+    return (request.POST.get("key") or "")[:300]
+
+
+def _pending_of_form(request, kwargs):
+    """The pending version the form names (None when it names one that is not pending), else its key."""
+    version = request.POST.get("version") or ""
+    if not (version.isascii() and version.isdigit() and len(version) < 10):
+        return _key_of_form(request, kwargs)
+    return selectors.claim_pending(key=_key_of_form(request, kwargs), version=int(version))
+
+
+def _on_claim(action: str, authorizer, subject=_key_of_form) -> Policy:
+    return Policy(roles=ANY, authorizer=authorizer, subject=subject, audit=f"claim_{action}", audit_all=True)
+
+
 def _claim_action(request, action: str, form_class, call):
-    """Check who may act, validate, call one service; answer like the ledger pages do."""
-    key, version = (request.POST.get("key") or "")[:300], request.POST.get("version") or ""
-    if action == "accept":
-        authorizers.may_accept(request.user, key, int(version) if version.isdigit() and len(version) < 10 else None)
-    else:
-        AUTHORIZERS[action](request.user, key)
+    """Validate, call one service; answer like the ledger pages do."""
     claim = call(_form_checked(form_class(request.POST)))
     summary = f"{action.title()}: {claim.key} is now version {claim.version} ({claim.status})."
     back = back_to(request)
@@ -237,24 +239,24 @@ def _fragment_of(request, back: str, key: str, summary: str):
 
 
 @require_POST
-@page(Policy(roles=ANY, audit="claim_accept", audit_all=True), back=back_to)
+@page(_on_claim("accept", authorizers.may_accept, _pending_of_form), back=back_to)
 def claim_accept(request):
     return _claim_action(request, "accept", AcceptForm, lambda form: services.claim_accept(
         user=request.user, key=form.cleaned_data["key"], version=form.cleaned_data.get("version")))
 
 
 @require_POST
-@page(Policy(roles=ANY, audit="claim_refresh", audit_all=True), back=back_to)
+@page(_on_claim("refresh", authorizers.may_refresh), back=back_to)
 def claim_refresh(request):
     return _claim_action(request, "refresh", RefreshForm, lambda form: services.claim_refresh(
         user=request.user, key=form.cleaned_data["key"], data=form.refresh_data()))
 
 
-def _tombstone_view(action: str, service):
-    """Invalidate and revoke: the same form (a key and a required reason), each its own service."""
+def _tombstone_view(action: str, authorizer, service):
+    """Invalidate and revoke: the same form (a key and a required reason), each its own authorizer and service."""
 
     @require_POST
-    @page(Policy(roles=ANY, audit=f"claim_{action}", audit_all=True), back=back_to)
+    @page(_on_claim(action, authorizer), back=back_to)
     def view(request):
         return _claim_action(request, action, TombstoneForm, lambda form: service(
             user=request.user, key=form.cleaned_data["key"], reason=form.cleaned_data["reason"]))
@@ -263,5 +265,5 @@ def _tombstone_view(action: str, service):
     return view
 
 
-claim_invalidate = _tombstone_view("invalidate", services.claim_invalidate)
-claim_revoke = _tombstone_view("revoke", services.claim_revoke)
+claim_invalidate = _tombstone_view("invalidate", authorizers.may_invalidate, services.claim_invalidate)
+claim_revoke = _tombstone_view("revoke", authorizers.may_revoke, services.claim_revoke)

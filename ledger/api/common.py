@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import transaction
 from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound as NotFound_
@@ -14,8 +13,8 @@ from rest_framework.generics import ListAPIView
 from rest_framework.pagination import CursorPagination
 
 from ledger import selectors
-from ledger.models import Approval, Run, RunKey
-from ledger.services.audit import audit_record
+from ledger.models import Approval, Run
+from ledger.services.audit import refusal_audit
 from ledger.store import store
 from stateboard.errors import Invalid, NotFound
 from stateboard.policy import PolicyApi, request_data, request_field
@@ -197,25 +196,13 @@ def agents_of_lease(request, kwargs) -> list[list[str]]:
 
 
 def refusal_record(user, *, action: str, code: str, request, kwargs: dict, errors=None, actor: str = "") -> None:
-    """The audit entry of one refused attempt (``stateboard.policy.refusal_recorder``), written outside
-    the refused write's rolled-back transaction; what was refused is named by the path (and ``errors``,
-    the refusal's own, e.g. each refused definition of an apply). ``actor`` names a caller who is no
-    user (a sign-in locked out)."""
-    run_id, target = kwargs.get("run_id"), ""
-    if "approval_id" in kwargs:
-        target = str(kwargs["approval_id"])
-        run_id = Approval.objects.filter(id=kwargs["approval_id"]).values_list("run_id", flat=True).first()
-    elif run_id is not None:
-        target = str(run_id)
-    else:
-        target = kwargs.get("key") or kwargs.get("slug") or request_field(request, "key") \
-            or request_field(request, "workflow")
-    if run_id is not None and not RunKey.objects.filter(run_id=run_id).exists():
-        run_id = None
-    with transaction.atomic():
-        audit_record(user=user, action=action, outcome="refused", run_id=run_id, target=str(target)[:200],
-                     code=code, reason=request_field(request, "reason")[:1000],
-                     data={"errors": errors} if errors else None, actor=actor)
+    """``stateboard.policy.refusal_recorder``: what was refused, named by the path (else the body's key or
+    workflow), recorded by ``services.audit.refusal_audit``."""
+    target = kwargs.get("key") or kwargs.get("slug") or request_field(request, "key") \
+        or request_field(request, "workflow")
+    refusal_audit(user=user, action=action, code=code, run_id=kwargs.get("run_id"),
+                  approval_id=kwargs.get("approval_id"), target=str(target), reason=request_field(request, "reason"),
+                  errors=errors, actor=actor)
 
 
 class ReasonInputSerializer(serializers.Serializer):

@@ -4,14 +4,13 @@ from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from ledger import services
+from ledger import authorizers, services
 from ledger.api.common import agents_of_slug, body_of
 from stateboard.openapi import operation, page_of
 from ledger.api.operations import OPS
 from ledger.models import Goal, Workflow
 from stateboard.errors import Invalid, NotFound
 from stateboard.policy import ANY, Policy, PolicyApi
-from stateboard.roles import AGENT, EDITOR, OWNER
 
 
 class GoalOutputSerializer(serializers.ModelSerializer):
@@ -29,8 +28,8 @@ GOAL_FIELDS = ("intent", "objective", "constraints", "acceptance", "change")
 
 class GoalListCreateApi(PolicyApi):
     policy = {"GET": Policy(roles=ANY),
-              "POST": Policy(roles={OWNER, EDITOR, AGENT}, agents=agents_of_slug, audit="goal_create",
-                             audit_all=True)}
+              "POST": Policy(roles=ANY, authorizer=authorizers.may_post_goal, agents=agents_of_slug,
+                             audit="goal_create", audit_all=True)}
 
     def _workflow(self, slug) -> Workflow:
         workflow = Workflow.objects.filter(slug=slug).first()

@@ -1,9 +1,7 @@
 """``/runs/``: triggers, the list and a run's detail, leases, the chain check."""
 
-import functools
 import time
 
-from django.db import transaction
 from drf_spectacular.utils import OpenApiResponse, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -61,16 +59,10 @@ class RunListCreateApi(PolicyListApi):
         run, created = services.run_trigger(
             workflow_slug=data["workflow"], intent=data.get("intent") or None, trigger=trigger,
             trigger_key=data.get("trigger_key") or None, inputs=data["inputs"],
-            env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(user), staged=data.get("staged", False))
-        if created:  # a duplicate decided nothing
-            transaction.on_commit(functools.partial(_decision_latency_record, run, arrived), robust=True)
+            env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(user), staged=data.get("staged", False),
+            arrived=arrived)
         return Response(run_body(run, duplicate=not created),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
-
-
-def _decision_latency_record(run: Run, arrived: float) -> None:
-    """Runs once the trigger's transaction (and so its `decided` event) has committed."""
-    Run.objects.filter(id=run.id, intent=run.intent).update(decision_latency_ms=(time.monotonic() - arrived) * 1000)
 
 
 class RunLeaseInputSerializer(serializers.Serializer):
@@ -81,7 +73,7 @@ class RunLeaseInputSerializer(serializers.Serializer):
 class RunLeaseApi(PolicyApi):
     """SPEC §9.1: the earliest-queued run, now leased to the calling agent (200), or 204."""
 
-    policy = {"POST": Policy(roles={AGENT}, agents=agents_of_lease, audit="lease")}
+    policy = {"POST": Policy(roles=ANY, authorizer=authorizers.may_lease, agents=agents_of_lease, audit="lease")}
 
     @operation(OPS["runs_lease_create"], request=RunLeaseInputSerializer,
                responses={200: RunDetailOutputSerializer, 204: OpenApiResponse(description="no queued run")})
@@ -89,7 +81,7 @@ class RunLeaseApi(PolicyApi):
         data = validated(RunLeaseInputSerializer, body_of(request), strict=True)  # a typo would lease any run
         waits_outside = request.META.get(WAITS_OUTSIDE, False)  # the ASGI entry waits without a thread
         workflows, known = data.get("workflows") or None, lease_workflows_of(request)
-        run = services.run_lease(actor=actor_for(request.user), workflows=workflows,
+        run = services.run_lease(user=request.user, workflows=workflows,
                                  wait_seconds=0 if waits_outside else data["wait_seconds"],
                                  existing=set(known) if workflows and set(workflows) <= set(known) else None)
         if run is None:

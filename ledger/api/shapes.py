@@ -8,11 +8,11 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from ledger.models import Approval, Effect, LedgerEvent, Run, Workflow
-from stateboard.roles import OWNER, has_role
+from ledger.authorizers import sees_executors
 
 
 class WorkflowOutputSerializer(serializers.ModelSerializer):
-    """``executors`` (handler URLs, the names of secret variables) is shown to owners only."""
+    """``executors`` is shown to those who see it (``ledger.authorizers.sees_executors``)."""
 
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     schedule_intent = serializers.SerializerMethodField()
@@ -30,7 +30,7 @@ class WorkflowOutputSerializer(serializers.ModelSerializer):
     def to_representation(self, workflow):
         body = super().to_representation(workflow)
         request = self.context.get("request")
-        if request is None or not has_role(request.user, OWNER):
+        if request is None or not sees_executors(request.user):
             body.pop("executors", None)
         return body
 

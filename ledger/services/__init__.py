@@ -3,7 +3,8 @@
 outbox < chat < notifications < writer (fingerprints, hash chain, run lock, RunWriter) < versions (goal versions,
 stage generations) < audit < escalations < checkpoints < runs < goals < leases < oncall < approvals < rollback
 < handoff, slack < events < batches < executor < workflows < apply (workflows as code); rollups (the
-reports' hourly rollups) needs none; alert_delivery (over outbox, chat, notifications) < alerts (SPEC §14).
+reports' hourly rollups) and saved_views (the runs page's) need none; alert_delivery (over outbox, chat,
+notifications) < alerts (SPEC §14).
 """
 
 from ledger.services.alert_delivery import alert_send, deliveries_of
@@ -23,10 +24,11 @@ from ledger.services.goals import goal_create, goals_of
 from ledger.services.leases import lease_release_undelivered, run_lease
 from ledger.services.notifications import (approval_notify, notification_read, notifications_read_all, notifications_send,
                                           notifications_settle)
-from ledger.services.oncall import (compensation_plan, oncall_refusal, retry_input, run_abandon, run_compensate,
-                                   run_retry)
+from ledger.services.oncall import (compensation_plan, oncall_refusal, retry_input, run_abandon, run_act, run_compensate,
+                                   run_retry, runs_act_in_bulk)
 from ledger.services.outbox import outbox_put, outbox_relay
 from ledger.services.rollback import rollback_preview, run_rollback
+from ledger.services.saved_views import saved_view_save
 from ledger.services.slack import slack_signatures_prune
 from ledger.services.rollups import rollups_refresh
 from ledger.services.runs import holding_runs, recovery_input_gather, run_trigger, runs_expire_leases, schedule_tick
@@ -44,10 +46,11 @@ __all__ = [
     "checkpoint_save", "checkpoint_validate", "checkpoints_prune", "compensation_plan", "effect_key_default",
     "event_append", "events_append", "event_compute_hash", "event_hash_fields", "goal_create",
     "goals_of", "input_fingerprint", "oncall_refusal", "retry_input", "rollback_preview", "run_rollback",
+    "saved_view_save",
     "holding_runs",
     "parse_moment", "permit_find", "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate",
     "approval_notify", "notification_read", "notifications_read_all", "notifications_send", "notifications_settle",
-    "rollups_refresh", "run_retry", "run_trigger", "runs_expire_leases", "executor_run", "executor_sweep", "run_lease", "outbox_put",
+    "rollups_refresh", "run_act", "run_retry", "runs_act_in_bulk", "run_trigger", "runs_expire_leases", "executor_run", "executor_sweep", "run_lease", "outbox_put",
     "outbox_relay", "schedule_tick", "workflow_create", "workflow_update", "workflow_validate",
     "file_form", "file_parse", "outcome_lines", "workflows_apply", "lease_release_undelivered",
 ]

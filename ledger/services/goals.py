@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import selectors
+from ledger import authorizers, selectors
 from ledger.domain import effects
 from ledger.domain.machine import GOAL_CHANGE_STATES, OWING_STATES
 from ledger.models import HOLDING_STATES, Approval, EventKind, Goal, Run, Workflow
@@ -113,6 +113,7 @@ def goal_catch_up(writer: RunWriter) -> None:
 def goal_create(*, workflow_slug: str, intent, objective=None, constraints=None, acceptance=None,
                 change="amend", user) -> tuple[Goal, dict]:
     """A new goal version for an intent; answers (goal, {"moved": [run ids], "deferred": [run ids]})."""
+    authorizers.may_post_goal(user)
     if not isinstance(intent, str) or not intent.strip() or len(intent) > 500:
         raise Invalid("validation_error", "intent must be a non-empty string of at most 500 characters.", field="intent")
     if change not in GOAL_CHANGES:

@@ -7,11 +7,13 @@ import time
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ledger import authorizers
 from ledger.domain.kinds import EventKind
 from ledger.models import Run, Workflow
 from ledger.services.writer import RunWriter, run_lock
 from ledger.store import store
 from stateboard.errors import Invalid
+from stateboard.roles import actor_for
 
 POLL_FIRST, POLL_MAX = 0.05, 1.0  # long-poll backoff (seconds)
 WEB = "system:web"  # the web tier, giving back a lease whose answer it could not deliver
@@ -32,12 +34,15 @@ def run_lease_once(*, actor: str, workflows: list[str] | None = None) -> Run | N
     return run
 
 
-def run_lease(*, actor: str, workflows=None, wait_seconds: int = 0, existing: set[str] | None = None) -> Run | None:
-    """Lease a queued run, waiting up to ``wait_seconds`` for one (long-poll). ``existing``: which of
-    ``workflows`` exist, when the caller read them already (the pipeline's read of their ``agents``).
+def run_lease(*, user, workflows=None, wait_seconds: int = 0, existing: set[str] | None = None) -> Run | None:
+    """Lease a queued run to ``user`` (an agent: ``may_lease``), waiting up to ``wait_seconds`` for one
+    (long-poll). ``existing``: which of ``workflows`` exist, when the caller read them already (the
+    pipeline's read of their ``agents``).
 
     Between polls no transaction is open and the database connection is given back, so a hundred
     waiting agents cost no connections (LISTEN/NOTIFY would need a dedicated connection per waiter)."""
+    authorizers.may_lease(user)
+    actor = actor_for(user)
     if workflows is not None:
         if not isinstance(workflows, list) or not all(isinstance(w, str) for w in workflows):
             raise Invalid("validation_error", "workflows must be a list of workflow slugs.")

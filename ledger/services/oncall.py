@@ -10,6 +10,7 @@ from django.utils import timezone
 from ledger import authorizers, selectors
 from ledger.domain import effects, recovery
 from ledger.models import HOLDING_STATES, Approval, EventKind, Run
+from ledger.services.audit import refusal_audit
 from ledger.services.escalations import approvals_void, escalation_close
 from ledger.services.goals import goal_fingerprint, goal_latest_adopt, goal_newer
 from ledger.services.notifications import approval_notify
@@ -17,7 +18,7 @@ from ledger.services.runs import (dead_leases_expire, decision_apply, holding_ru
                                   workflow_active_require)
 from ledger.services.writer import RunWriter, illegal, lease_expired, run_lock, workflow_and_run_lock
 from stateboard.canonical import digest
-from stateboard.errors import Conflict, Invalid
+from stateboard.errors import Conflict, DomainError, Invalid
 from stateboard.roles import acting_role, actor_for
 
 
@@ -155,3 +156,28 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
     writer.flush()
     return run, approval
 
+
+def _compensate(**kwargs) -> Run:
+    return run_compensate(**kwargs)[0]
+
+
+ACTIONS = {"retry": run_retry, "compensate": _compensate, "abandon": run_abandon}
+
+
+def run_act(*, action: str, run_id, user, reason: str = "") -> Run:
+    """On-call's ``action`` (a name of ``ACTIONS``) on one run: the pages name the action."""
+    return ACTIONS[action](run_id=run_id, user=user, reason=reason)
+
+
+def runs_act_in_bulk(*, action: str, run_ids: list, user, reason: str = "") -> tuple[list[Run], dict]:
+    """On-call's ``action`` (``authorizers.may_act_in_bulk``) on each run on its own, each in its own
+    transaction: the runs done, and {run id: refusal} of the others, each refusal audited under ``action``."""
+    authorizers.may_act_in_bulk(user, action)
+    done, refused = [], {}
+    for run_id in run_ids:
+        try:
+            done.append(run_act(action=action, run_id=run_id, user=user, reason=reason))
+        except DomainError as exc:
+            refusal_audit(user=user, action=action, code=exc.code, run_id=run_id, reason=reason)
+            refused[run_id] = exc
+    return done, refused

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -255,11 +256,12 @@ def _trigger_key_run(workflow_slug: str, *, trigger_key: str, intent: str, input
 
 def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigger: str = Trigger.API,
                 trigger_key: str | None = None, env_fingerprint: str = "", actor: str = "system",
-                staged: bool = False) -> tuple[Run, bool]:
+                staged: bool = False, arrived: float | None = None) -> tuple[Run, bool]:
     """Trigger a run: dedupe by trigger key (one read, before any transaction or lock), lock the intent,
     expire dead leases, decide, record. Returns (run, created). Triggers of different intents of one
     workflow never wait for each other. A staged run (SPEC §10.3) reads and expires nothing: its
-    decision is always fresh / staged."""
+    decision is always fresh / staged. ``arrived``: when the request came (``time.monotonic()``): a new
+    run's decision latency (SPEC §7) is recorded once its decision has committed."""
     staged = bool(staged)
     if trigger_key and trigger in Trigger.values:  # otherwise refused below, in the order of its checks
         existing = _trigger_key_run(workflow_slug, trigger_key=trigger_key, intent=intent or workflow_slug,
@@ -268,9 +270,9 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
             return existing, False
     try:
         with transaction.atomic():
-            return _run_trigger_locked(workflow_slug=workflow_slug, inputs=inputs, intent=intent, trigger=trigger,
-                                       trigger_key=trigger_key, env_fingerprint=env_fingerprint, actor=actor,
-                                       staged=staged)
+            run, created = _run_trigger_locked(workflow_slug=workflow_slug, inputs=inputs, intent=intent,
+                                               trigger=trigger, trigger_key=trigger_key,
+                                               env_fingerprint=env_fingerprint, actor=actor, staged=staged)
     except _InsertRefused as refused:
         # The intent lock serialises triggers of an intent; these are the database's backstops: the key
         # taken meanwhile by a trigger of another intent, or another active run of this intent.
@@ -280,6 +282,13 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
         if existing:
             return existing, False
         raise Conflict("active_run_exists", "Another run of this intent became active; trigger again.")
+    if created and arrived is not None:
+        transaction.on_commit(functools.partial(_decision_latency_record, run, arrived), robust=True)
+    return run, created
+
+
+def _decision_latency_record(run: Run, arrived: float) -> None:
+    Run.objects.filter(id=run.id, intent=run.intent).update(decision_latency_ms=(time.monotonic() - arrived) * 1000)
 
 
 class _InsertRefused(Exception):

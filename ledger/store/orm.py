@@ -54,6 +54,12 @@ class OrmStore:
         """The queryset of the run with this id (``intent``: the run's, when the caller knows it)."""
         return Run.objects.filter(id=run_id)
 
+    def intent_of(self, run_id: uuid.UUID, known: str | None = None) -> str | None:
+        """The run's intent: ``known`` when the caller has it, else read (None: no such run)."""
+        if known is not None:
+            return known
+        return Run.objects.filter(id=run_id).values_list("intent", flat=True).first()
+
     def workflows_agents(self, slugs: list[str]) -> dict[str, list[str]]:
         """{slug: agents} of the workflows among ``slugs`` that exist (the pipeline's ``agents`` hooks)."""
         return dict(Workflow.objects.filter(slug__in=slugs).values_list("slug", "agents"))

@@ -96,9 +96,7 @@ class PostgresStore(OrmStore):
         one after another); each one's rows, ``reads``' as their querysets would give them."""
         compiled = reads.compiled() if reads is not None else None
         if compiled is not None:
-            if set(values) != set(reads.kinds):
-                raise TypeError(f"Reads take exactly {sorted(reads.kinds)}, not {sorted(values)}.")
-            statements = [*statements, compiled.sql_and_params(values)]
+            statements = [*statements, compiled.sql_and_params(reads.checked(values))]
         with connection.cursor() as cursor:
             cursor.execute("; ".join(sql for sql, _ in statements), [p for _, params in statements for p in params])
             results = [cursor.fetchall()]
@@ -124,10 +122,10 @@ class PostgresStore(OrmStore):
     def runs_by_id(self, run_id, intent: str | None = None):
         """By id and its intent, read first from the run's key unless given: the statement then names the
         intent, so it is planned for the run's one partition (planning all sixteen costs more than the read)."""
-        intent = self._intent_of(run_id, intent)
+        intent = self.intent_of(run_id, intent)
         return Run.objects.filter(id=run_id, intent=intent) if intent is not None else Run.objects.none()
 
-    def _intent_of(self, run_id, known: str | None = None) -> str | None:
+    def intent_of(self, run_id, known: str | None = None) -> str | None:
         """The run's intent: ``known`` when the caller has it, else from its key (a primary-key read of the
         small unpartitioned table)."""
         if known is not None:
@@ -161,7 +159,7 @@ class PostgresStore(OrmStore):
         return _run_of(row, version=True) if row else None
 
     def run_read(self, run_id, *, lock: bool, intent: str | None = None) -> Run | None:
-        intent = self._intent_of(run_id, intent)
+        intent = self.intent_of(run_id, intent)
         if intent is None:
             return None
         return _run_row(run_id, intent, lock=lock)
@@ -180,7 +178,7 @@ class PostgresStore(OrmStore):
         the lookup is made again."""
         if client_event_id is None:
             return self.run_read(run_id, lock=True, intent=intent), None
-        intent = self._intent_of(run_id, intent)
+        intent = self.intent_of(run_id, intent)
         if intent is None:
             return None, None
         run = _run_row(run_id, intent, lock=True, client_event_id=client_event_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import uuid
 from typing import Callable
 
 from django.db import DEFAULT_DB_ALIAS, connection
@@ -18,11 +19,12 @@ from django.db.models import QuerySet
 from django.db.models.query import FlatValuesListIterable, ModelIterable, ValuesListIterable
 
 _MARKER_INT = -7_301_000_000  # far from any id; the n-th name's marker is this minus n
+_MARKER_UUID = 0x7301 << 100  # likewise for UUIDs (plus n)
 
 
 class Reads:
     """``build(**values)`` → querysets (model rows without ``select_related`` or deferral, or plain
-    ``values_list``), each read in order; ``kinds`` names each value's type (``str`` or ``int``)."""
+    ``values_list``), each read in order; ``kinds`` names each value's type (``str``, ``int`` or ``uuid.UUID``)."""
 
     def __init__(self, build: Callable[..., list[QuerySet]], **kinds: type):
         self.build, self.kinds = build, kinds
@@ -30,9 +32,14 @@ class Reads:
         self._compiled: Compiled | None = None
 
     def querysets(self, values: dict) -> list[QuerySet]:
+        return self.build(**self.checked(values))
+
+    def checked(self, values: dict) -> dict:
+        """The values as their kinds (a UUID given as text becomes a UUID)."""
         if set(values) != set(self.kinds):
             raise TypeError(f"Reads take exactly {sorted(self.kinds)}, not {sorted(values)}.")
-        return self.build(**values)
+        return {name: uuid.UUID(str(value)) if self.kinds[name] is uuid.UUID and not isinstance(value, uuid.UUID)
+                else value for name, value in values.items()}
 
     def compiled(self) -> Compiled:
         with self._lock:
@@ -46,8 +53,7 @@ class Compiled:
     iterating each queryset gives."""
 
     def __init__(self, reads: Reads):
-        markers = {name: (f"\x1f{name}\x1f" if kind is str else _MARKER_INT - n)
-                   for n, (name, kind) in enumerate(reads.kinds.items())}
+        markers = {name: _marker(name, kind, n) for n, (name, kind) in enumerate(reads.kinds.items())}
         by_marker = {marker: name for name, marker in markers.items()}
         self.statements, self.shapes = [], []
         for queryset in reads.build(**markers):
@@ -67,8 +73,19 @@ class Compiled:
             self.shapes.append(_Shape(queryset, compiler))
 
     def sql_and_params(self, values: dict) -> tuple[str, list]:
+        """``values`` as ``Reads.checked`` gives them."""
         params = [values[value] if named else value for _, slots in self.statements for named, value in slots]
         return "; ".join(sql for sql, _ in self.statements), params
+
+
+def _marker(name: str, kind: type, n: int):
+    if kind is str:
+        return f"\x1f{name}\x1f"
+    if kind is int:
+        return _MARKER_INT - n
+    if kind is uuid.UUID:
+        return uuid.UUID(int=_MARKER_UUID + n)
+    raise TypeError(f"Reads take str, int or uuid.UUID values, not {kind.__name__}.")
 
 
 class _Shape:

@@ -2,7 +2,6 @@
 
 from django import forms
 from django.contrib import messages
-from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -11,7 +10,7 @@ from django_htmx.http import trigger_client_event
 from ledger import authorizers, selectors, services
 from ledger.web.forms import ReasonForm, RequiredReasonForm
 from ledger.models import Approval
-from ledger.web.common import evidence_view, form_checked, inputs_diff
+from ledger.web.common import approval_of_page, evidence_view, form_checked, inputs_diff
 from stateboard.policy import ANY, NOTIFICATIONS_CHANGED, Policy, page
 
 HISTORY_ROWS = 50
@@ -69,13 +68,8 @@ def approval_list(request):
 
 def _approval_decide(request, approval_id, *, approve: bool):
     inbox = reverse("ledger:approval_list")
-    try:
-        approval = selectors.approval_get(approval_id=approval_id)
-    except Approval.DoesNotExist:
-        raise Http404("No such approval request.")
-    authorizers.may_decide_approval(request.user, approval)
     form = form_checked((ReasonForm if approve else RequiredReasonForm)(request.POST))
-    approval = services.approval_decide(approval_id=approval.id, user=request.user, approve=approve,
+    approval = services.approval_decide(approval_id=approval_id, user=request.user, approve=approve,
                                         reason=form.reason_text())
     approval = selectors.approval_get(approval_id=approval.id)
     if not request.htmx:
@@ -87,13 +81,18 @@ def _approval_decide(request, approval_id, *, approve: bool):
     return trigger_client_event(response, NOTIFICATIONS_CHANGED)  # deciding it settled its notifications
 
 
+def _decide(action: str) -> Policy:
+    return Policy(roles=ANY, authorizer=authorizers.may_decide_approval, subject=approval_of_page, audit=action,
+                  audit_all=True)
+
+
 @require_POST
-@page(Policy(roles=ANY, audit="approve", audit_all=True), back="ledger:approval_list")
+@page(_decide("approve"), back="ledger:approval_list")
 def approval_approve(request, approval_id):
     return _approval_decide(request, approval_id, approve=True)
 
 
 @require_POST
-@page(Policy(roles=ANY, audit="reject", audit_all=True), back="ledger:approval_list")
+@page(_decide("reject"), back="ledger:approval_list")
 def approval_reject(request, approval_id):
     return _approval_decide(request, approval_id, approve=False)

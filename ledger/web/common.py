@@ -1,12 +1,15 @@
-"""Helpers of the ledger pages: checked forms (refused through ``stateboard.refusals``), safe `next`,
+"""Helpers of the ledger pages: the subjects their policies' authorizers decide on, checked forms,
 input diffs, evidence views."""
 
 import re
 
 from django.core.paginator import Paginator
+from django.http import Http404
 from django.urls import reverse
 from django.utils.functional import cached_property
 
+from ledger import selectors
+from ledger.models import Approval, Run
 from stateboard.errors import Invalid
 from stateboard.redact import redact
 
@@ -28,12 +31,31 @@ class CappedPaginator(Paginator):
         return self.count > self.cap
 
 
+def run_or_404(run_id) -> Run:
+    try:
+        return selectors.run_by_id(run_id)
+    except Run.DoesNotExist:
+        raise Http404("No such run.")
+
+
+def run_of_page(request, kwargs) -> Run:
+    """The run of a page's ``<uuid:run_id>`` path (a 404 page when there is none)."""
+    return run_or_404(kwargs["run_id"])
+
+
+def approval_of_page(request, kwargs) -> Approval:
+    try:
+        return selectors.approval_get(approval_id=kwargs["approval_id"])
+    except Approval.DoesNotExist:
+        raise Http404("No such approval request.")
+
+
 def form_error_text(form) -> str:
     return " ".join(str(e) for errors in form.errors.values() for e in errors)
 
 
 def form_checked(form):
-    """The bound form, valid, or the refusal (422) the ``@refusals`` wrapper records and shows."""
+    """The bound form, valid, or the refusal (422) ``@page`` records and shows."""
     if not form.is_valid():
         raise Invalid("invalid_input", form_error_text(form))
     return form

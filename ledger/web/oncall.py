@@ -2,7 +2,7 @@
 with a preview of what each would do before it is done."""
 
 from django.contrib import messages
-from django.http import Http404, QueryDict
+from django.http import QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -11,11 +11,8 @@ from django_htmx.http import trigger_client_event
 from ledger import authorizers, selectors, services
 from ledger.domain.machine import NEEDS_HUMAN_STATES
 from ledger.web import preview
-from ledger.web.forms import BULK_ACTIONS, BulkActionForm, PreviewForm, ReasonForm, RequiredReasonForm
-from ledger.models import Run
-from ledger.web.common import form_checked
-from stateboard.errors import DomainError
-from stateboard import policy
+from ledger.web.forms import BulkActionForm, PreviewForm, ReasonForm, RequiredReasonForm
+from ledger.web.common import form_checked, run_of_page
 from stateboard.policy import ANY, NOTIFICATIONS_CHANGED, Policy, page, safe_next
 
 WAITS_FOR_AGENT = ("fresh", "resume", "verify_only")
@@ -72,20 +69,8 @@ def oncall_preview(request):
     return render(request, template, context)
 
 
-ONCALL_AUTHORIZERS = {"retry": authorizers.may_retry, "compensate": authorizers.may_compensate,
-                      "abandon": authorizers.may_abandon}
-
-
 def _oncall_back(request) -> str:
     return safe_next(request, reverse("ledger:oncall"))
-
-
-def _run_action(run_id, *, action: str, user, reason: str):
-    if action == "retry":
-        return services.run_retry(run_id=run_id, user=user, reason=reason)
-    if action == "compensate":
-        return services.run_compensate(run_id=run_id, user=user, reason=reason)[0]
-    return services.run_abandon(run_id=run_id, user=user, reason=reason)
 
 
 def done_message(action: str, run) -> str:
@@ -97,14 +82,9 @@ def done_message(action: str, run) -> str:
 
 def _oncall_action(request, run_id, action: str):
     back = _oncall_back(request)
-    try:
-        run = selectors.run_by_id(run_id)
-    except Run.DoesNotExist:
-        raise Http404("No such run.")
-    ONCALL_AUTHORIZERS[action](request.user, run)
     form = form_checked((RequiredReasonForm if action == "abandon" else ReasonForm)(request.POST))
-    _run_action(run.id, action=action, user=request.user, reason=form.reason_text())
-    run = selectors.oncall_run(run_id=run.id)
+    services.run_act(action=action, run_id=run_id, user=request.user, reason=form.reason_text())
+    run = selectors.oncall_run(run_id=run_id)
     if not request.htmx:
         messages.success(request, done_message(action, run))
         return redirect(back)
@@ -114,11 +94,12 @@ def _oncall_action(request, run_id, action: str):
     return trigger_client_event(response, NOTIFICATIONS_CHANGED)  # the escalation's notifications are settled
 
 
-def _oncall_view(action: str):
-    """Retry, compensate and abandon one run: one view, each action with its own refusal code."""
+def _oncall_view(action: str, authorizer):
+    """Retry, compensate and abandon one run: one view, each action with its own authorizer and audit."""
 
     @require_POST
-    @page(Policy(roles=ANY, audit=action, audit_all=True), back=_oncall_back)
+    @page(Policy(roles=ANY, authorizer=authorizer, subject=run_of_page, audit=action, audit_all=True),
+          back=_oncall_back)
     def view(request, run_id):
         return _oncall_action(request, run_id, action)
 
@@ -126,41 +107,33 @@ def _oncall_view(action: str):
     return view
 
 
-run_retry = _oncall_view("retry")
-run_compensate = _oncall_view("compensate")
-run_abandon = _oncall_view("abandon")
+run_retry = _oncall_view("retry", authorizers.may_retry)
+run_compensate = _oncall_view("compensate", authorizers.may_compensate)
+run_abandon = _oncall_view("abandon", authorizers.may_abandon)
+
+
+def _bulk_action_of(request, kwargs) -> str:
+    return request.POST.get("action", "")
 
 
 @require_POST
-@page(Policy(roles=ANY))
+@page(Policy(roles=ANY, authorizer=authorizers.may_act_in_bulk, subject=_bulk_action_of, audit="oncall_bulk",
+             audit_all=True), back=_oncall_back)
 def oncall_bulk(request):
     """One POST for the selected runs of the filtered set; each run is decided on its own."""
-    action = request.POST.get("action", "")
-    action = action if action in dict(BULK_ACTIONS) else "bulk"  # (the form says why another is refused)
-    bulk = Policy(roles=ANY, rate=None, audit=f"bulk_{action}", audit_all=True)  # (counted by the outer policy)
-    return page(bulk, back=_oncall_back)(_oncall_bulk)(request, action=action)
-
-
-def _oncall_bulk(request, action: str):
     back = _oncall_back(request)
-    ONCALL_AUTHORIZERS.get(action, authorizers.may_retry)(request.user, None)
     form = form_checked(BulkActionForm(request.POST))
     action, reason = form.cleaned_data["action"], (form.cleaned_data["reason"] or "").strip()
     wanted = form.cleaned_data["run"]
     runs = {r.id: r for r in selectors.oncall_runs().qs.filter(id__in=wanted)}
-    done, refused = [], []
+    done, refusals = services.runs_act_in_bulk(action=action, run_ids=[i for i in wanted if i in runs],
+                                               user=request.user, reason=reason)
+    refused = []
     for run_id in wanted:
-        run = runs.get(run_id)
-        if run is None:
+        if run_id not in runs:
             refused.append((str(run_id)[:8], "not a failed, escalated or compensating run"))
-            continue
-        try:
-            _run_action(run_id, action=action, user=request.user, reason=reason)
-            done.append(run)
-        except DomainError as exc:
-            policy.refusal_recorder(request.user, action=action, code=exc.code, request=request,
-                                    kwargs={"run_id": run_id})
-            refused.append((f"{run.workflow.slug} · {run.intent}", exc.detail))
+        elif run_id in refusals:
+            refused.append((f"{runs[run_id].workflow.slug} · {runs[run_id].intent}", refusals[run_id].detail))
     summary = f"{action.title()}: {len(done)} done, {len(refused)} refused."
     if action == "retry" and done:
         summary += " Retried runs now wait for an agent."

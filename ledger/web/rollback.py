@@ -6,14 +6,14 @@ the run page includes it with ``{% include "ledger/partials/run_goal_rollback.ht
 """
 
 from django.contrib import messages
-from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger import authorizers, selectors, services
+from ledger import authorizers, services
 from ledger.domain.machine import ROLLBACK_STATES
 from ledger.models import LedgerEvent, Run
+from ledger.web.common import run_of_page, run_or_404
 from stateboard.roles import allowed
 from stateboard.policy import ANY, Policy, page
 
@@ -38,18 +38,11 @@ def goal_rollback_context(run: Run, user, to_stage: str | None = None) -> dict:
             "preview": preview}
 
 
-def _run(run_id) -> Run:
-    try:
-        return selectors.run_by_id(run_id)
-    except Run.DoesNotExist:
-        raise Http404("No such run.")
-
-
 @require_GET
 @page(Policy(roles=ANY))
 def run_goal_rollback(request, run_id):
     """The panel alone (htmx loads it; ``?to_stage=`` refreshes the rollback preview)."""
-    run = _run(run_id)
+    run = run_or_404(run_id)
     template = PARTIAL if request.htmx else "ledger/run_goal_rollback.html"  # without JS: a whole page
     return render(request, template, goal_rollback_context(run, request.user, request.GET.get("to_stage")))
 
@@ -59,16 +52,15 @@ def _run_page(request) -> str:
 
 
 @require_POST
-@page(Policy(roles=ANY, audit="rollback", audit_all=True), back=_run_page)
+@page(Policy(roles=ANY, authorizer=authorizers.may_rollback, subject=run_of_page, audit="rollback", audit_all=True),
+      back=_run_page)
 def run_rollback(request, run_id):
     """Roll the run back (on-call, owner). Works without JS: redirect to the run page with a message."""
-    run = _run(run_id)
-    authorizers.may_rollback(request.user, run)
     to_stage, reason = request.POST.get("to_stage", ""), (request.POST.get("reason") or "")[:2000]
     compensate = request.POST.get("compensate") in ("on", "true", "1")
-    run = services.run_rollback(run_id=run.id, user=request.user, to_stage=to_stage, reason=reason,
+    run = services.run_rollback(run_id=run_id, user=request.user, to_stage=to_stage, reason=reason,
                                 compensate=compensate)
     if request.htmx:
-        return render(request, PARTIAL, goal_rollback_context(_run(run.id), request.user))
+        return render(request, PARTIAL, goal_rollback_context(run_or_404(run.id), request.user))
     messages.success(request, f"Rolled back to {to_stage}: the run is {run.state}.")
     return redirect(_run_page(request))

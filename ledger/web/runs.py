@@ -8,13 +8,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from knowledge import selectors as knowledge_selectors
-from ledger import selectors
+from ledger import authorizers, selectors, services
 from ledger.web import drawing
 from ledger.web.forms import SavedViewForm
 from ledger.models import Run, SavedView
 from ledger.web.common import CappedPaginator, evidence_view, form_error_text
 from stateboard.redact import redact_json
-from stateboard.roles import actor_for, is_agent
 from stateboard.policy import ANY, Policy, page
 
 RUNS_PER_PAGE = 50
@@ -52,18 +51,15 @@ def run_list(request):
 
 
 @require_POST
-@page(Policy(roles=ANY))
+@page(Policy(roles=ANY, authorizer=authorizers.may_save_view))
 def saved_view_create(request):
     """Save the current filters under a name the whole team sees (same name: replaced)."""
     form = SavedViewForm(request.POST)
-    if is_agent(request.user):
-        raise Http404
     if not form.is_valid():
         messages.error(request, form_error_text(form))
         return redirect("ledger:run_list")
-    view, _ = SavedView.objects.update_or_create(
-        name=form.cleaned_data["name"],
-        defaults={"query": form.cleaned_data["query"], "created_by": actor_for(request.user)})
+    view = services.saved_view_save(name=form.cleaned_data["name"], query=form.cleaned_data["query"],
+                                    user=request.user)
     messages.success(request, f"Saved view “{view.name}”.")
     return redirect(view.url())
 

@@ -10,9 +10,8 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from ledger import selectors, services
+from ledger import authorizers, selectors, services
 from stateboard.policy import ANY, Policy, page
-from stateboard.roles import OWNER, has_role
 
 
 def next_ticks(schedule: str, *, now=None, count: int = 5) -> list:
@@ -66,9 +65,9 @@ def workflow_detail(request, slug):
     workflow = selectors.workflow_list().select_related("owner").filter(slug=slug).first()
     if workflow is None:
         raise Http404("No such workflow.")
-    owner = has_role(request.user, OWNER)  # executors (handler URLs, secret names) are shown to owners only
+    shown = authorizers.sees_executors(request.user)
     context = {
-        "definition": services.file_form([workflow], executors=owner), "definition_has_executors": owner,
+        "definition": services.file_form([workflow], executors=shown), "definition_has_executors": shown,
         "workflow": workflow, "ticks": next_ticks(workflow.schedule) if workflow.schedule else [],
         "policy_history": list(selectors.policy_history(workflow=workflow)),
         "runs": list(selectors.runs_filtered({"workflow": workflow.slug}).qs[:20]),

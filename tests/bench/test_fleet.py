@@ -8,8 +8,10 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_bench_longpoll_prints_the_ratios_beside_waiting_leases(bench_command):
-    stdout = bench_command("longpoll", "--waiters", "10", "--calls", "20", "--wait", "4", timeout=200)
+@pytest.mark.parametrize("clients", [[], ["--threads"]], ids=["asyncio", "threads"])
+def test_bench_longpoll_prints_the_ratios_beside_waiting_leases(bench_command, clients):
+    stdout = bench_command("longpoll", "--waiters", "10", "--calls", "20", "--wait", "4", *clients, timeout=200)
+    assert ("each on a thread" in stdout) == bool(clients), stdout
     for name in ("/healthz", "append"):
         row = re.search(rf"{name} p95 beside 10 waiting leases\s*\| ([\d.]+) ms\s*\| ([\d.]+) ms alone\s*\| ([\d.]+)x",
                         stdout)

@@ -129,11 +129,15 @@ def test_bad_tokens_are_401(ctx, header, code):
 
 
 def test_revoked_token_is_401(ctx):
-    from ledger.auth import token_revoke
+    """``revoke_token`` revokes by the key (only its hash is stored) and audits it as the system."""
+    from django.core.management import call_command
+
+    from ledger.models import AuditEntry
 
     driver, run, token = ctx
-    token_revoke(key=token)
+    call_command("revoke_token", token)
     assert driver.client.get(f"/api/v1/runs/{run['id']}/").status_code == 401
+    assert AuditEntry.objects.filter(action="token_revoke", outcome="done", actor="system").count() == 1
 
 
 @pytest.mark.parametrize("url", ["/api/v1/nope/", "/api/v1/runs/not-a-uuid/", "/api/v1/runs/00000000-0000-0000-0000-000000000000/events/"])

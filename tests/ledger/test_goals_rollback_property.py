@@ -13,7 +13,8 @@ from ledger.models import Approval, Effect, Goal, Run
 from ledger.selectors import effects_rebuild_diff
 from ledger.domain.recovery import WorkflowSpec, first_not_done, stage_done
 from stateboard.errors import DomainError
-from tests.factories import make_operator, make_workflow
+from stateboard.roles import actor_for
+from tests.factories import make_agent, make_operator, make_workflow
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +32,8 @@ class World:
 
     def __init__(self, workflow, oncall, editor):
         self.workflow, self.oncall, self.editor = workflow, oncall, editor
+        self.agent = make_agent()[0]
+        self.actor = actor_for(self.agent)
         self.executions = Counter()  # idempotency key → times the world saw the effect happen
         self.run = None
         self.to_verify = []
@@ -45,7 +48,7 @@ class World:
         run = Run.objects.get(id=run.id)
         self.check_no_untrusted_done(run)
         if run.queued_until is not None:  # decided again by a goal change or a rollback: queued, leased anew
-            leased = services.run_lease(actor="agent:a", workflows=[self.workflow.slug])
+            leased = services.run_lease(user=self.agent, workflows=[self.workflow.slug])
             assert leased is not None and leased.id == run.id
             run = Run.objects.get(id=run.id)
         if run.state in ("fresh", "resume", "verify_only", "checkpointed", "execute", "verify"):
@@ -61,12 +64,12 @@ class World:
 
     def trigger(self):
         run, _ = services.run_trigger(workflow_slug=self.workflow.slug, intent="job", inputs={"v": 1},
-                                      actor="agent:a")
+                                      actor=self.actor)
         self.adopt(run, decided=True)
 
     def append(self, stage, kind, **body):
         return services.event_append(run_id=self.run.id, body={"stage": stage, "kind": kind, **body},
-                                     actor="agent:a")[0]
+                                     actor=self.actor)[0]
 
     def passed(self, stage):
         self.untrusted.discard(stage)
@@ -147,11 +150,11 @@ class World:
         if run.state == "compensate":
             approval = Approval.objects.get(run=run, kind="compensation", status="pending")
             services.approval_decide(approval_id=approval.id, user=self.editor, approve=True)
-            leased = services.run_lease(actor="agent:a", workflows=[self.workflow.slug])  # queued once approved
+            leased = services.run_lease(user=self.agent, workflows=[self.workflow.slug])  # queued once approved
             assert leased is not None and leased.id == run.id
             services.event_append(run_id=run.id, body={"stage": run.current_stage, "kind": "compensated",
                                                        "action": approval.action, "evidence": EVIDENCE},
-                                  actor="agent:a")
+                                  actor=self.actor)
         self.adopt(run, decided=True)
 
 

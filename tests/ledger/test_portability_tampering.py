@@ -8,6 +8,7 @@ from django.db import transaction
 from ledger import services
 from ledger.models import Approval, Run
 from stateboard.errors import DomainError
+from stateboard.roles import actor_for
 from tests.factories import make_agent, make_operator, make_workflow
 from tests.ledger.test_portability import _export, _import, _lines, _signed, _wipe, export_key  # noqa: F401
 
@@ -21,7 +22,8 @@ ACTION = {"system": "cms", "operation": "publish", "target": "t", "summary": "s"
 class History:
     def __init__(self):
         self.wf = make_workflow(stages=STAGES, effect_stages=["publish"], approval_stages=["publish"], max_retries=1)
-        self.agent = f"agent:{make_agent()[0].username}"
+        self.agent_user = make_agent()[0]
+        self.agent = actor_for(self.agent_user)
         self.editor, self.oncall = make_operator("editor")[0], make_operator("oncall")[0]
         self.owner = make_operator("owner")[0]
 
@@ -35,7 +37,7 @@ class History:
                 services.run_trigger(workflow_slug=self.wf.slug, intent=intent, inputs={"v": 1},
                                      actor="system" if kind == "queued" else self.agent, staged=kind == "staged")
             elif kind == "lease":
-                services.run_lease(actor=self.agent, workflows=[self.wf.slug])
+                services.run_lease(user=self.agent_user, workflows=[self.wf.slug])
             elif kind in ("step", "fail") and run is not None:
                 stage = next((s for s in STAGES if (run.stage_states.get(s) or {}).get("status")
                               not in ("succeeded", "verified")), None)

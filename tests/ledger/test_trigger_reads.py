@@ -96,3 +96,16 @@ def test_the_stores_statements_are_numbered_once_and_hold_no_other_percent_sign(
     assert _numbered("SELECT %s, %s FROM t WHERE a = %s") == "SELECT $1, $2 FROM t WHERE a = $3"
     with pytest.raises(ValueError):
         _numbered("SELECT %s FROM t WHERE name LIKE 'a%'")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_runs_detail_with_its_intent_known_is_one_statement():
+    from ledger import selectors
+
+    wf = make_workflow(stages=["work"], effect_stages=[], approval_stages=[])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={"n": 1}, intent="detail", actor="agent:a")
+    with CaptureQueriesContext(connection) as captured:
+        detail = selectors.run_detail(run_id=run.id, intent=run.intent)
+        assert detail.workflow.slug == wf.slug and list(detail.effects.all()) == [] and detail.inputs == {"n": 1}
+    assert len(captured.captured_queries) == 1

@@ -60,6 +60,8 @@ class Command(BaseCommand):
                             help="fleet: the agent counts to step through, comma-separated")
         parser.add_argument("--step-seconds", type=float, default=30.0, help="fleet: seconds measured per step")
         parser.add_argument("--waiters", type=int, default=200, help="longpoll: concurrent waiting leases")
+        parser.add_argument("--threads", action="store_true",
+                            help="longpoll: each waiter a synchronous client on a thread of its own (else asyncio)")
         parser.add_argument("--wait", type=float, default=30.0, help="longpoll: the waiters' wait_seconds (at most 30)")
         parser.add_argument("--calls", type=int, default=500,
                             help="longpoll: sequential /healthz calls and appends, alone and beside the waiters")
@@ -79,7 +81,7 @@ class Command(BaseCommand):
                         if not 1 <= options["wait"] <= 30:
                             raise CommandError("--wait must be from 1 to 30 seconds.")
                         fleet.run_longpoll(out=self.stdout, db_name=options["db_name"], waiters=options["waiters"],
-                                           calls=options["calls"], wait=options["wait"])
+                                           calls=options["calls"], wait=options["wait"], threads=options["threads"])
                     else:
                         fleet.run_fleet(out=self.stdout, db_name=options["db_name"], steps=_steps(options["steps"]),
                                         seconds=options["step_seconds"])

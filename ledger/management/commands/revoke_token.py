@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger.auth import token_revoke
+from stateboard.canonical import sha256_hex
 
 
 class Command(BaseCommand):
@@ -10,6 +11,6 @@ class Command(BaseCommand):
         parser.add_argument("key")
 
     def handle(self, *args, key, **options):
-        if not token_revoke(key=key):
+        if not token_revoke(key_hash=sha256_hex(key)):
             raise CommandError("No active token with that key.")
         self.stdout.write("Token revoked.")

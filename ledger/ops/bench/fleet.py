@@ -23,12 +23,14 @@ connections (one per agent), so it spends little of the CPU it shares with what 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import random
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from ledger.identities import agent_create, operator_create
@@ -400,11 +402,33 @@ async def _waiter(base: str, token: str, wait: float, slug: str) -> tuple[int, f
         await http.close()
 
 
-async def _longpoll(base: str, token: str, owner: str, run_id: str, waiters: int, calls: int, wait: float):
+def _thread_waiter(base: str, token: str, wait: float, slug: str) -> tuple[int, float]:
+    """A synchronous client's long-poll, on a thread of its own."""
+    parts = urlsplit(base)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=wait + 30)
+    try:
+        began = time.monotonic()
+        conn.request("POST", "/api/v1/runs/lease/", body=json.dumps({"workflows": [slug], "wait_seconds": wait}),
+                     headers={"Authorization": f"Token {token}", "Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        return response.status, time.monotonic() - began
+    finally:
+        conn.close()
+
+
+async def _longpoll(base: str, token: str, owner: str, run_id: str, waiters: int, calls: int, wait: float,
+                    threads: bool):
     await _sequential(base, token, run_id, 30)  # warm-up: the workers' first requests import and connect
     quiet = await _sequential(base, token, run_id, calls)
     slug = f"{FLEET_WORKFLOW}-idle"
-    started = [asyncio.create_task(_waiter(base, token, wait, slug)) for _ in range(waiters)]
+    if threads:
+        pool = ThreadPoolExecutor(waiters, thread_name_prefix="agent")
+        loop = asyncio.get_running_loop()
+        started = [asyncio.ensure_future(loop.run_in_executor(pool, _thread_waiter, base, token, wait, slug))
+                   for _ in range(waiters)]
+    else:
+        started = [asyncio.create_task(_waiter(base, token, wait, slug)) for _ in range(waiters)]
     await asyncio.sleep(min(5.0, wait / 3))  # every waiter has been looked at once and is parked
     loaded = await _sequential(base, token, run_id, calls)
     # a run queued now is leased by one of them within a second
@@ -420,8 +444,10 @@ async def _longpoll(base: str, token: str, owner: str, run_id: str, waiters: int
     return quiet, loaded, leased_after, results
 
 
-def run_longpoll(*, out, db_name: str, waiters: int = 200, calls: int = 500, wait: float = 30.0) -> Report:
-    """``wait``: the waiters' ``wait_seconds`` (30 by SPEC §11.3; the smoke test uses less)."""
+def run_longpoll(*, out, db_name: str, waiters: int = 200, calls: int = 500, wait: float = 30.0,
+                 threads: bool = False) -> Report:
+    """``wait``: the waiters' ``wait_seconds`` (30 by SPEC §11.3; the smoke test uses less); ``threads``:
+    each waiter a synchronous client on a thread of its own, else an asyncio task."""
     from ledger import services
 
     say, report = Out(out), Report()
@@ -432,10 +458,10 @@ def run_longpoll(*, out, db_name: str, waiters: int = 200, calls: int = 500, wai
                                   trigger_key=None, env_fingerprint="", actor=agent)
     services.event_append(run_id=run.id, body=_event(FLEET_STAGES[0], "started", None), actor=agent)
     say(f"bench longpoll: {calls} /healthz + {calls} appends, sequential, alone and beside {waiters} leases "
-        f"waiting {wait:.0f} s; load {loadavg()}")
+        f"waiting {wait:.0f} s ({'each on a thread' if threads else 'asyncio clients'}); load {loadavg()}")
     with web_server(db_name, say, "granian") as base:
         quiet, loaded, leased_after, results = asyncio.run(
-            _longpoll(base, tokens[0], owner, str(run.id), waiters, calls, wait))
+            _longpoll(base, tokens[0], owner, str(run.id), waiters, calls, wait, threads))
     for name, alone, beside in (("/healthz", quiet[0], loaded[0]), ("append", quiet[1], loaded[1])):
         base95, p95 = percentile(alone, 95), percentile(beside, 95)
         r = ratio(p95, base95)

@@ -10,6 +10,7 @@ import uuid
 from datetime import timedelta
 
 from ledger import services
+from ledger.identities import agent_create
 from ledger.models import Run, Workflow
 from ledger.ops.bench.common import raw_connect, run_clients
 from ledger.ops.bench.loader import RUN_FIELDS, analyze, copy_rows
@@ -33,10 +34,12 @@ def _queued_runs_load(n: int, *, tag: str, now) -> str:
 def measure_service(n: int, clients: int, *, tag: str, now) -> dict:
     slug = _queued_runs_load(n, tag=tag, now=now)
 
-    def step(actor):
-        return services.run_lease(actor=actor, workflows=[slug]) is not None
+    agents = [agent_create(name=f"bench-lease-{tag}-{i}")[0].user for i in range(clients)]
 
-    m = run_clients(clients, lambda i: f"agent:bench-lease-{tag}-{i}", step, 3600)
+    def step(agent):
+        return services.run_lease(user=agent, workflows=[slug]) is not None
+
+    m = run_clients(clients, lambda i: agents[i], step, 3600)
     leased = Run.objects.filter(workflow__slug=slug, queued_until__isnull=True).exclude(lease_owner="")
     return {"leases": m.ops, "seconds": m.seconds, "rate": m.rate, "distinct_leased": leased.count()}
 

@@ -22,6 +22,7 @@ import ledger.ops.portability.signing as signing
 from ledger.ops.portability.export import FORMAT
 from ledger.ops.portability.rows import (IDENTITY_TYPES, SYSTEM_TYPES, TYPES, ImportRefused, LineInvalid, User,
                                         roles_set, row_from_line)
+from ledger.services.audit import audit_record
 
 
 def _lines(data: bytes) -> list[tuple[int, bytes]]:
@@ -104,9 +105,8 @@ def import_file(data: bytes, *, trust_unsigned: bool = False) -> dict:
             checks.forget_identities(rows)
         counts = _insert(rows)
         if not signed:
-            AuditEntry.objects.create(at=checks.now(), actor="system", role="",
-                                      action="import_unsigned", outcome="done", target="", code="",
-                                      reason="imported with --trust-unsigned: no identities", data=counts)
+            audit_record(user=None, action="import_unsigned", outcome="done",
+                         reason="imported with --trust-unsigned: no identities", data=counts)
     return counts
 
 
