@@ -53,6 +53,19 @@ def may_rollback(user, run) -> None:
     require_person(user, *ROLLBACK_ROLES, detail=only_roles_may(ROLLBACK_ROLES, "roll a run back"))
 
 
+ALERT_SILENCE_ROLES = (ONCALL, OWNER)
+
+
+def may_handle_alert(user, alert=None) -> None:
+    """Acknowledge or resolve an alert (SPEC §14): a person on-call."""
+    require_person(user, *ONCALL_ROLES, detail=only_roles_may(ONCALL_ROLES, "acknowledge or resolve alerts"))
+
+
+def may_silence_alert(user, workflow=None) -> None:
+    """Silence a workflow's alert rule for a time, or end the silence: a person on-call or an owner."""
+    require_person(user, *ALERT_SILENCE_ROLES, detail=only_roles_may(ALERT_SILENCE_ROLES, "silence alert rules"))
+
+
 def may_trigger(user, workflow=None) -> None:
     require_role(user, *TRIGGER_ROLES, detail="Viewers may not trigger runs.")
 
@@ -107,4 +120,5 @@ def may_act_in_bulk(user, action: str) -> None:
 BY_NAME = {
     "decide": may_decide_approval, "retry": may_retry, "compensate": may_compensate, "abandon": may_abandon,
     "rollback": may_rollback, "trigger": may_trigger, "edit_workflow": may_edit_workflow, "save_view": may_save_view,
+    "handle_alert": may_handle_alert, "silence_alert": may_silence_alert,
 }

@@ -6,7 +6,7 @@ contract scopes what a user sees (sensitive claims), the selector takes ``user=`
 
 import uuid
 
-from django.db.models import Count, Exists, Max, Min, OuterRef, Prefetch, Q, Subquery, prefetch_related_objects
+from django.db.models import Case, Count, Exists, Max, Min, OuterRef, Prefetch, Q, Subquery, When, prefetch_related_objects
 from django.utils import timezone
 
 from knowledge.selectors import knowledge_metrics
@@ -14,7 +14,8 @@ from ledger.domain import projection
 from ledger.domain.effects import EXECUTION_KINDS, HELD, UNVERIFIED, first_repeat
 from ledger.domain.machine import INTENT_HOLDING_STATES, ONCALL_STATES
 from ledger.filters import OncallRunFilter, RunFilter, id_prefix_q
-from ledger.models import (STAGE_OUTCOME_KINDS, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
+from ledger.domain.alerts import OPEN_STATES
+from ledger.models import (STAGE_OUTCOME_KINDS, Alert, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent,
                            Notification, ReplayEval, Run, Workflow)
 from ledger.store import store
 from ledger.store.reads import Reads
@@ -212,6 +213,8 @@ def prometheus_samples():
          "gauge", [({}, p95 / 1000)] if p95 is not None else []),
         ("stateboard_write_gate_rejection_rate", "Share of claim proposals the write gate rejected.", "gauge",
          [({}, m.get("write_gate_rejection_rate"))]),
+        ("stateboard_alerts_open", "Open alerts (firing or acknowledged) by rule (SPEC §14).", "gauge",
+         alerts_open_counts()),
         ("stateboard_stale_claim_as_fact_rate", "Share of claim citations that used a stale claim as a fact.",
          "gauge", [({}, m.get("stale_claim_as_fact_rate"))]),
     ]
@@ -222,6 +225,26 @@ def prometheus_samples():
         if samples:
             kept.append((name, help_text, kind, samples))
     return kept
+
+
+def alerts_listed(*, state: str = "", workflow: str = "", severity: str = ""):
+    """Alerts, open first, newest first, their workflow and history read with them (SPEC §14)."""
+    alerts = Alert.objects.select_related("workflow").prefetch_related("changes").order_by(
+        Case(When(state="resolved", then=1), default=0), "-opened_at", "-id")
+    if state == "open":
+        alerts = alerts.filter(state__in=OPEN_STATES)
+    elif state:
+        alerts = alerts.filter(state=state)
+    if workflow:
+        alerts = alerts.filter(workflow__slug=workflow)
+    return alerts.filter(severity=severity) if severity else alerts
+
+
+def alerts_open_counts() -> list:
+    """[({workflow, rule, severity}, count)] of the open alerts, for /metrics."""
+    rows = Alert.objects.filter(state__in=OPEN_STATES).values("workflow__slug", "rule", "severity").annotate(
+        n=Count("id")).order_by("workflow__slug", "rule", "severity")
+    return [({"workflow": r["workflow__slug"], "rule": r["rule"], "severity": r["severity"]}, r["n"]) for r in rows]
 
 
 def dashboard_summary() -> dict:

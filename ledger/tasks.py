@@ -64,6 +64,18 @@ def chat_deliver(body: dict, response_url: str = "") -> str:
 
 
 @shared_task(acks_late=True, **DB_RETRY)
+def alert_send(alert_id: int, change_id: int, channel: str) -> str:
+    """Deliver one alert change on one channel; run by the outbox relay, which keeps the row when it raises."""
+    return services.alert_send(alert_id=alert_id, change_id=change_id, channel=channel)
+
+
+@shared_task(acks_late=True, **DB_RETRY)
+def alerts_evaluate() -> dict:
+    """Evaluate every alert rule (SPEC §14); idempotent, any number of beats at once."""
+    return services.alerts_evaluate(now=timezone.now())
+
+
+@shared_task(acks_late=True, **DB_RETRY)
 def rollups_refresh() -> int:
     """Recompute the reports' rollups of the hours touched since the last pass; safe to run twice, or at once."""
     return services.rollups_refresh(now=timezone.now())

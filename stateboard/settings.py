@@ -273,6 +273,11 @@ STATEBOARD_CHAT_WEBHOOK_URL = os.environ.get("STATEBOARD_CHAT_WEBHOOK_URL", "")
 STATEBOARD_SLACK_SIGNING_SECRET = os.environ.get("STATEBOARD_SLACK_SIGNING_SECRET", "")
 # Where people reach the pages: links in chat messages are built on it.
 STATEBOARD_PUBLIC_URL = os.environ.get("STATEBOARD_PUBLIC_URL", "http://127.0.0.1:8000")
+# Alerts (SPEC §14): the `webhook` channel (signed with the secret) and the `pagerduty` channel (Events API v2).
+STATEBOARD_ALERT_WEBHOOK_URL = os.environ.get("STATEBOARD_ALERT_WEBHOOK_URL", "")
+STATEBOARD_ALERT_WEBHOOK_SECRET = os.environ.get("STATEBOARD_ALERT_WEBHOOK_SECRET", "")
+STATEBOARD_PAGERDUTY_URL = os.environ.get("STATEBOARD_PAGERDUTY_URL", "https://events.pagerduty.com/v2/enqueue")
+STATEBOARD_PAGERDUTY_ROUTING_KEY = os.environ.get("STATEBOARD_PAGERDUTY_ROUTING_KEY", "")
 
 LOGGING = {
     "version": 1,

@@ -16,7 +16,7 @@ from knowledge import authorizers as knowledge_authorizers
 from knowledge import services as knowledge_services
 from knowledge.models import Claim, ClaimHead
 from ledger import authorizers as ledger_authorizers
-from ledger.models import Approval, AuditEntry, Run, Workflow
+from ledger.models import Alert, Approval, AuditEntry, Run, Workflow
 from stateboard.roles import allowed
 from tests.browser.scenarios import (ACTION, agent_driver, approval_workflow, awaiting_approval_run, completed_run,
                                      escalated_run, escalation_workflow)
@@ -102,6 +102,18 @@ def _pending_after_revoke(people):
     return {"key": claim.key, "version": claim.version}
 
 
+ALERT_RULE = {"name": "stuck", "kind": "escalation_age", "severity": "page", "notify": ["inapp"], "minutes": 5}
+
+
+def _alert(people):
+    workflow = make_workflow(alerts=[ALERT_RULE])
+    now = timezone.now()
+    alert = Alert.objects.create(key=f"{workflow.slug}/stuck/x", workflow=workflow, rule="stuck",
+                                 kind="escalation_age", severity="page", subject="x", summary="matrix",
+                                 opened_at=now, updated_at=now)
+    return {"alert": alert.id, "slug": workflow.slug}
+
+
 def _approval(made):
     return Approval.objects.get(id=made["approval"])
 
@@ -181,6 +193,13 @@ CASES = {
                             api=lambda c, m: _post(c, "/api/v1/workflows/", {"slug": unique("wf")})),
     "edit workflow": Case(A[L + "may_edit_workflow"], _workflow, lambda m: Workflow.objects.get(slug=m["slug"]),
                           api=lambda c, m: c.patch(f"/api/v1/workflows/{m['slug']}/", {"title": "T"}, format="json")),
+    "acknowledge alert": Case(A[L + "may_handle_alert"], _alert, lambda m: Alert.objects.get(id=m["alert"]),
+                              api=lambda c, m: _post(c, f"/api/v1/alerts/{m['alert']}/acknowledge/", {})),
+    "resolve alert": Case(A[L + "may_handle_alert"], _alert, lambda m: Alert.objects.get(id=m["alert"]),
+                          api=lambda c, m: _post(c, f"/api/v1/alerts/{m['alert']}/resolve/", {"reason": "matrix"})),
+    "silence alert rule": Case(A[L + "may_silence_alert"], _alert, lambda m: Workflow.objects.get(slug=m["slug"]),
+                               api=lambda c, m: _post(c, f"/api/v1/workflows/{m['slug']}/alerts/stuck/silence/",
+                                                      {"minutes": 5, "reason": "matrix"})),
     "post goal": Case(A[L + "may_post_goal"], _workflow, lambda m: Workflow.objects.get(slug=m["slug"]),
                       api=lambda c, m: _post(c, f"/api/v1/workflows/{m['slug']}/goals/",
                                              {"intent": unique("i"), "objective": "matrix"})),

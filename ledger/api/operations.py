@@ -33,7 +33,7 @@ OPS = named({
         "needs a different `policy_version` (an executor's `config` does not). Owners only.",
         {404: ["workflow_not_found"], 409: ["policy_version_required"],
          422: ["validation_error", "invalid_schedule", "invalid_executors", "secret_env_not_allowed",
-               "invalid_knowledge_scope"]}),
+               "invalid_knowledge_scope", "invalid_alert"]}),
     "workflows_apply_create": Op(
         "Apply workflow definitions",
         "Workflows as code (SPEC §12.2), the same apply as `manage.py apply`: makes the workflows match the whole "
@@ -46,7 +46,7 @@ OPS = named({
         "audited with its changes, refusals too. Owners only.",
         {409: ["policy_version_required", "workflow_exists"],
          422: ["validation_error", "invalid_schedule", "invalid_executors", "secret_env_not_allowed",
-               "invalid_knowledge_scope", "unknown_owner"]}),
+               "invalid_knowledge_scope", "unknown_owner", "invalid_alert"]}),
     "runs_list": Op(
         "List runs",
         "Runs newest first, cursor paginated, filtered by `workflow`, `state`, `intent`, `created_after`, "
@@ -161,6 +161,28 @@ OPS = named({
         "Read the metrics",
         "The metrics of SPEC §7 as JSON, for one `workflow` or all, since an ISO 8601 `since`. Any signed-in "
         "identity.", {422: ["validation_error"]}),
+    "alerts_list": Op(
+        "List alerts",
+        "Alerts of the workflows' rules (SPEC §14), open first, then resolved, newest first, each with its history "
+        "and deliveries; filtered by `state` (`open`, `firing`, `acknowledged`, `resolved`), `workflow`, "
+        "`severity`. On-call, owners and editors.", {400: ["invalid_filter"]}),
+    "alerts_retrieve": Op(
+        "Read an alert", "One alert with its history and deliveries. On-call, owners and editors.",
+        {404: ["alert_not_found"]}),
+    "alerts_acknowledge_create": Op(
+        "Acknowledge an alert", "`{note?}`: firing → acknowledged, recorded in its history. On-call only.",
+        {404: ["alert_not_found"], 409: ["alert_resolved"]}),
+    "alerts_resolve_create": Op(
+        "Resolve an alert", "`{reason}` (required): the alert is resolved, recorded in its history. On-call only.",
+        {404: ["alert_not_found"], 409: ["alert_resolved"], 422: ["validation_error"]}),
+    "alerts_silence_create": Op(
+        "Silence an alert rule",
+        "`{minutes, reason}`: the rule's alerts are recorded but not delivered until then; when the silence ends "
+        "its open alerts are delivered once. On-call or an owner.",
+        {404: ["workflow_not_found", "alert_rule_not_found"], 422: ["validation_error"]}),
+    "alerts_silence_destroy": Op(
+        "End a silence", "Ends the rule's silence now; its open alerts are delivered once. On-call or an owner.",
+        {404: ["workflow_not_found", "alert_rule_not_found", "silence_not_found"]}),
     "notifications_list": Op(
         "List my notifications",
         "The caller's notifications newest first (`unread=1`: unread ones only). Any signed-in identity.",

@@ -22,7 +22,7 @@ class WorkflowOutputSerializer(serializers.ModelSerializer):
         fields = ["slug", "title", "stages", "effect_stages", "approval_stages", "policy_version",
                   "max_retries", "lease_seconds", "checkpoint_ttl_seconds", "approval_ttl_seconds",
                   "schedule", "schedule_intent", "schedule_inputs", "executors", "knowledge_scope",
-                  "agents", "owner", "created_at", "updated_at"]
+                  "agents", "alerts", "owner", "created_at", "updated_at"]
 
     def get_schedule_intent(self, workflow) -> str:
         return workflow.schedule_intent or workflow.slug

@@ -1,11 +1,12 @@
 from django.urls import path
 
-from ledger.api import approvals, checkpoints, effects, events, goals, notifications, oncall, resume, runs, workflows
+from ledger.api import alerts, approvals, checkpoints, effects, events, goals, notifications, oncall, resume, runs, workflows
 
 urlpatterns = [
     path("workflows/", workflows.WorkflowListCreateApi.as_view(), name="workflow_list"),
     path("workflows/apply/", workflows.WorkflowApplyApi.as_view(), name="workflow_apply"),  # before <slug>
     path("workflows/<slug:slug>/", workflows.WorkflowDetailApi.as_view(), name="workflow_detail"),
+    path("workflows/<slug:slug>/alerts/<slug:rule>/silence/", alerts.AlertSilenceApi.as_view(), name="alert_silence"),
     path("workflows/<slug:slug>/goals/", goals.GoalListCreateApi.as_view(), name="workflow_goals"),
     path("runs/", runs.RunListCreateApi.as_view(), name="run_list"),
     path("runs/lease/", runs.RunLeaseApi.as_view(), name="run_lease"),
@@ -23,6 +24,10 @@ urlpatterns = [
     path("approvals/", approvals.ApprovalListApi.as_view(), name="approval_list"),
     path("approvals/<uuid:approval_id>/approve/", approvals.ApprovalApproveApi.as_view(), name="approval_approve"),
     path("approvals/<uuid:approval_id>/reject/", approvals.ApprovalRejectApi.as_view(), name="approval_reject"),
+    path("alerts/", alerts.AlertListApi.as_view(), name="alert_list"),
+    path("alerts/<str:alert_id>/", alerts.AlertDetailApi.as_view(), name="alert_detail"),
+    path("alerts/<str:alert_id>/acknowledge/", alerts.AlertAcknowledgeApi.as_view(), name="alert_acknowledge"),
+    path("alerts/<str:alert_id>/resolve/", alerts.AlertResolveApi.as_view(), name="alert_resolve"),
     path("effects/", effects.EffectListApi.as_view(), name="effect_list"),
     path("metrics/", effects.MetricsApi.as_view(), name="metrics"),
     path("notifications/", notifications.NotificationListApi.as_view(), name="notification_list"),

@@ -36,6 +36,8 @@ class WorkflowInputSerializer(serializers.Serializer):
     knowledge_scope = serializers.JSONField(required=False)
     agents = serializers.ListField(child=serializers.CharField(max_length=150), required=False, max_length=1000,
                                    help_text="agent names allowed to serve it; empty: every agent")
+    alerts = serializers.JSONField(required=False, help_text="alert rules (SPEC §14): [{name, kind, severity, "
+                                                             "notify, attributes?, ...}]")
 
 
 class WorkflowPatchInputSerializer(WorkflowInputSerializer):

@@ -6,6 +6,7 @@
 - ``ops``: the product's own bookkeeping: notifications, the outbox, replay results, saved views;
 - ``chat``: Slack identities of operators and the request signatures seen (SPEC §12.3).
 - ``rollups``: the reports' hourly rollups;
+- ``alerts``: alerts of workflows' rules, their append-only history and silences (SPEC §14);
 - ``keys``: what spans intents (run ids and trigger keys, effect keys), apart from the partitioned tables.
 
 Submodules import each other directly (``ledger.models.runs``), never this package. The state groups
@@ -14,6 +15,7 @@ and event kinds are the domain's (``ledger.domain``); they are named here too, f
 
 from ledger.domain.kinds import STAGE_OUTCOME_KINDS, EventKind
 from ledger.domain.machine import HOLDING_STATES, LEASED_STATES, TERMINAL_STATES, RunState
+from ledger.models.alerts import Alert, AlertChange, AlertSilence
 from ledger.models.chat import SlackIdentity, SlackSignature
 from ledger.models.goals import Goal, StageGeneration
 from ledger.models.keys import EffectKey, RunKey
@@ -46,7 +48,7 @@ OPS_MODELS = (Notification, Outbox, ReplayEval, SavedView, ReportRollup)
 __all__ = [
     "DEFAULT_APPROVAL_STAGES", "DEFAULT_EFFECT_STAGES", "DEFAULT_STAGES", "GOAL_MODELS", "HOLDING_STATES",
     "LEASED_STATES", "OPS_MODELS", "STAGE_OUTCOME_KINDS", "TERMINAL_STATES",
-    "Agent", "ApiToken", "Approval", "AuditEntry", "Checkpoint", "Effect", "EffectKey", "EffectStatus", "EventKind", "Goal",
+    "Agent", "Alert", "AlertChange", "AlertSilence", "ApiToken", "Approval", "AuditEntry", "Checkpoint", "Effect", "EffectKey", "EffectStatus", "EventKind", "Goal",
     "LedgerEvent", "Notification", "Outbox", "ReplayEval", "ReportRollup", "Run", "RunKey", "RunState", "SavedView",
     "SlackIdentity", "SlackSignature", "StageGeneration", "Trigger", "Workflow", "append_only_triggers",
     "default_approval_stages", "default_effect_stages", "default_stages",

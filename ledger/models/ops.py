@@ -16,6 +16,7 @@ class Notification(models.Model):
         APPROVAL_PENDING = "approval_pending"
         ESCALATION = "escalation"
         RETENTION_EXPIRED = "retention_expired"
+        ALERT = "alert"
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications")
     kind = models.CharField(max_length=40)

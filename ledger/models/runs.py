@@ -94,6 +94,8 @@ class Workflow(models.Model):
     knowledge_scope = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
     # The agents allowed to serve it (names; empty: every agent), SPEC §11.1.
     agents = models.JSONField(default=list, blank=True, db_default=Value([], JSONField()))
+    # Alert rules (SPEC §14): [{name, kind, severity, notify, attributes?, ...}]; no policy bump needed.
+    alerts = models.JSONField(default=list, blank=True, db_default=Value([], JSONField()))
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="workflows"
     )

@@ -22,6 +22,7 @@ SWEEPS = {
     "stateboard: relay outbox": ("ledger.tasks.outbox_relay", 10),
     "stateboard: executor attempts": ("ledger.tasks.executor_sweep", 60),
     "stateboard: report rollups": ("ledger.tasks.rollups_refresh", 60),
+    "stateboard: evaluate alerts": ("ledger.tasks.alerts_evaluate", 60),  # SPEC §14
 }
 SLOT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 

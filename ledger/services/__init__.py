@@ -3,9 +3,13 @@
 outbox < chat < notifications < writer (fingerprints, hash chain, run lock, RunWriter) < versions (goal versions,
 stage generations) < audit < escalations < checkpoints < runs < goals < leases < oncall < approvals < rollback
 < handoff, slack < events < batches < executor < workflows < apply (workflows as code); rollups (the
-reports' hourly rollups) and saved_views (the runs page's) need none.
+reports' hourly rollups) and saved_views (the runs page's) need none; alert_delivery (over outbox, chat,
+notifications) < alerts (SPEC §14).
 """
 
+from ledger.services.alert_delivery import alert_send, deliveries_of
+from ledger.services.alerts import (alert_acknowledge, alert_resolve, alerts_evaluate, silence_end,
+                                    silence_set)
 from ledger.services.apply import file_form, file_parse, outcome_lines, workflows_apply
 from ledger.services.approvals import (action_validate, approval_decide, approval_request, approvals_expire,
                                        permit_find, permit_spend)
@@ -34,6 +38,8 @@ from ledger.services.writer import (GENESIS_HASH, RunWriter, chain_verify, effec
 from stateboard.moments import parse_moment
 
 __all__ = [
+    "alert_acknowledge", "alert_resolve", "alert_send", "alerts_evaluate", "deliveries_of", "silence_end",
+    "silence_set",
     "CHECKPOINT_FIELDS", "CHECKPOINT_MAX_BYTES", "GENESIS_HASH", "SUMMARY_MAX_CHARS", "RunWriter",
     "action_validate", "approval_decide", "approval_request", "approvals_expire", "audit_record", "chain_verify",
     "chat_deliver", "slack_signatures_prune",

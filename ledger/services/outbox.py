@@ -24,9 +24,11 @@ logger = logging.getLogger(__name__)
 
 EXECUTOR_TASK = "ledger.tasks.executor_run"
 CHAT_TASK = "ledger.tasks.chat_deliver"
+ALERT_TASK = "ledger.tasks.alert_send"
 # Run by the relay sweep in its own process (an HTTP call), not handed to the broker from the request.
-PERFORMED_BY_RELAY = frozenset({CHAT_TASK})
+PERFORMED_BY_RELAY = frozenset({CHAT_TASK, ALERT_TASK})
 CLAIM_SECONDS = 30
+BACKOFF_MAX_SECONDS = 600  # an alert receiver that keeps failing: 20 s, 40 s, … up to 10 min
 
 
 def outbox_put(*, task: str, args: list | None = None, kwargs: dict | None = None, dedupe_key: str,
@@ -61,8 +63,8 @@ def outbox_relay(*, ids: list[int] | None = None, limit: int = 200) -> int:
     Each row is claimed in a short transaction and sent after it commits, so no database transaction
     is open while the broker is called (and an eager task runs on committed data)."""
     sent, down = 0, set()
-    for row_id, task in list(_unsent(ids).values_list("id", "task")[:limit]):
-        if _route(task) in down:
+    for row_id, task, kwargs in list(_unsent(ids).values_list("id", "task", "kwargs")[:limit]):
+        if _route(task, kwargs) in down:
             continue  # its broker (or chat service) is down: the rest would fail the same way
         try:
             row = _claim(row_id)
@@ -71,10 +73,10 @@ def outbox_relay(*, ids: list[int] | None = None, limit: int = 200) -> int:
             try:
                 _send(row)
             except Exception as exc:  # the broker is unreachable: keep the row, try again later
-                Outbox.objects.filter(id=row.id).update(claimed_until=None, last_error=str(exc)[:500])
+                Outbox.objects.filter(id=row.id).update(claimed_until=_backoff(row), last_error=str(exc)[:500])
                 logger.warning("outbox: %s not sent (%s); the relay sweep retries", row.task, exc)
                 if ids is None:
-                    down.add(_route(row.task))
+                    down.add(_route(row.task, row.kwargs))
                 continue
             Outbox.objects.filter(id=row.id).update(sent_at=timezone.now(), claimed_until=None)
             sent += 1
@@ -83,8 +85,17 @@ def outbox_relay(*, ids: list[int] | None = None, limit: int = 200) -> int:
     return sent
 
 
-def _route(task: str) -> str:
+def _route(task: str, kwargs: dict) -> str:
+    if task == ALERT_TASK:
+        return f"{task}:{kwargs.get('channel')}"  # one alert receiver down holds back only its own rows
     return task if task in PERFORMED_BY_RELAY else "broker"
+
+
+def _backoff(row: Outbox):
+    """An alert delivery waits 10 s × 2^attempts (at most BACKOFF_MAX_SECONDS) before the next try."""
+    if row.task != ALERT_TASK:
+        return None
+    return timezone.now() + timedelta(seconds=min(10 * 2 ** row.attempts, BACKOFF_MAX_SECONDS))
 
 
 def _unsent(ids):

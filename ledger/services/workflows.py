@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from ledger import authorizers
+from ledger.domain.alerts import alerts_problem
 from ledger.ops.executor import HandlerConfigError, handler_for
 from ledger.models import Workflow
 from ledger.ops.schedules import periodic_tasks_ensure, schedule_problem
@@ -21,7 +22,7 @@ from stateboard.errors import Conflict, Invalid, NotFound
 MAX_SECONDS = 31_536_000
 DURATIONS = ("checkpoint_ttl_seconds", "lease_seconds", "approval_ttl_seconds")
 POLICY_FIELDS = ("stages", "effect_stages", "approval_stages", "policy_version", "max_retries", *DURATIONS,
-                 "schedule", "schedule_intent", "schedule_inputs", "executors", "knowledge_scope", "agents")
+                 "schedule", "schedule_intent", "schedule_inputs", "executors", "knowledge_scope", "agents", "alerts")
 WRITABLE = ("title", *POLICY_FIELDS)
 # What a run's checkpoints and effect keys were made under: changing it needs another policy_version.
 DEFINITION_SHAPE = ("stages", "effect_stages", "approval_stages", "executor handlers")
@@ -115,6 +116,17 @@ def workflow_validate(workflow: Workflow) -> None:
             or len(agents) > 1000:
         _refuse("agents", "agents must be a list of agent names (empty: every agent).")
     _executors_validate(workflow.executors, workflow)
+    _alerts_validate(workflow)
+
+
+def _alerts_validate(workflow: Workflow) -> None:
+    """SPEC §14: 422 ``invalid_alert`` naming the rule and the field (after the durations it reads)."""
+    problem = alerts_problem(workflow.alerts, stages=workflow.stages, lease_seconds=workflow.lease_seconds,
+                             cron_problem=schedule_problem)
+    if problem:
+        rule, field, message = problem
+        detail = f"alerts[{rule}].{field}: {message}" if rule else message
+        raise Invalid("invalid_alert", detail, errors={"alerts": [detail]}, rule=rule, field=field)
 
 
 def executor_handlers(executors) -> dict:

@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from ledger import web
-from ledger.web import notifications, rollback
+from ledger.web import alerts, notifications, rollback
 
 app_name = "ledger"
 urlpatterns = [
@@ -21,6 +21,7 @@ urlpatterns = [
     path("oncall/runs/<uuid:run_id>/retry/", web.run_retry, name="run_retry"),
     path("oncall/runs/<uuid:run_id>/compensate/", web.run_compensate, name="run_compensate"),
     path("oncall/runs/<uuid:run_id>/abandon/", web.run_abandon, name="run_abandon"),
+    path("alerts/", alerts.alert_list, name="alert_list"),
     path("notifications/", notifications.notification_list, name="notification_list"),
     path("notifications/<int:notification_id>/read/", notifications.notification_read, name="notification_read"),
     path("notifications/read-all/", notifications.notification_read_all, name="notification_read_all"),

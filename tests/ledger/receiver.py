@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlparse
 
 class Receiver:
     """``mode``: ``ok`` (POST 200, GET done), ``absent_once`` (the first GET says absent), ``hang``
-    (never answers in time), ``refuse`` (POST 422); ``block`` holds each POST until released (to kill a
+    (never answers in time), ``refuse`` (POST 422), ``unavailable`` (POST 503); ``block`` holds each POST until released (to kill a
     worker meanwhile)."""
 
     def __init__(self, mode: str = "ok"):
@@ -40,6 +40,8 @@ class Receiver:
                     receiver.release.wait(30)
                 if receiver.mode == "refuse":
                     return self._answer(422, {"error": "cannot undo"})
+                if receiver.mode == "unavailable":
+                    return self._answer(503, {"error": "down for maintenance"})
                 self._answer(200, {"reference": f"deploy-{receiver.posts.total()}"})
 
             def do_GET(self):
