@@ -42,6 +42,20 @@ def measure_http_latency(base: str, token: str, n: int) -> dict:
     return {"p50": percentile(samples, 0.5), "p95": percentile(samples, 0.95)}
 
 
+def measure_health_latency(base: str, n: int) -> dict:
+    """One client, ``n`` ``GET /healthz`` one after another (the web tier's floor): p50 / p95 in ms."""
+    http = _Http(base, "")
+    try:
+        samples = []
+        for _ in range(n):
+            started = time.perf_counter()
+            http.get("/healthz")
+            samples.append((time.perf_counter() - started) * 1000)
+    finally:
+        http.close()
+    return {"p50": percentile(samples, 0.5), "p95": percentile(samples, 0.95)}
+
+
 def measure_http_batch(base: str, token: str, clients: int, duration: float, size: int = BATCH_SIZE) -> Measure:
     """Batches of ``size`` plain events over HTTP; the Measure counts events."""
     def prepare(i):
