@@ -12,7 +12,7 @@ reach the server; nothing is written to it. Example::
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger.ops.bench import against, agents, costs, fleet, instructions, knowledge, ledger, pages, sweeps
+from ledger.ops.bench import against, agents, costs, fleet, instructions, knowledge, ledger, longpoll, pages, sweeps
 from ledger.ops.bench.common import BenchError, Out, scratch_database
 
 
@@ -80,7 +80,7 @@ class Command(BaseCommand):
                     if options["target"] == "longpoll":
                         if not 1 <= options["wait"] <= 30:
                             raise CommandError("--wait must be from 1 to 30 seconds.")
-                        fleet.run_longpoll(out=self.stdout, db_name=options["db_name"], waiters=options["waiters"],
+                        longpoll.run_longpoll(out=self.stdout, db_name=options["db_name"], waiters=options["waiters"],
                                            calls=options["calls"], wait=options["wait"], threads=options["threads"])
                     else:
                         fleet.run_fleet(out=self.stdout, db_name=options["db_name"], steps=_steps(options["steps"]),
