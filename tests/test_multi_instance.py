@@ -24,7 +24,7 @@ from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 from ledger.models import Effect, LedgerEvent, Run
-from ledger.ops.schedules import periodic_tasks_ensure
+from ledger.schedules import periodic_tasks_ensure
 from tests.factories import make_agent, make_operator, make_workflow
 from tests.ledger.workers import wait_until
 

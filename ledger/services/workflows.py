@@ -12,9 +12,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from ledger import authorizers
-from ledger.ops.executor import HandlerConfigError, handler_for
+from ledger.executor import HandlerConfigError, handler_for
 from ledger.models import Workflow
-from ledger.ops.schedules import periodic_tasks_ensure, schedule_problem
+from ledger.schedules import periodic_tasks_ensure, schedule_problem
 from ledger.services.audit import audit_record
 from stateboard.errors import Conflict, Invalid, NotFound
 

@@ -87,8 +87,8 @@ def test_crash_late_and_double_ticks_make_one_run_per_tick(workers):  # noqa: F8
     from django_celery_beat.models import PeriodicTask
     from django_celery_beat.schedulers import ModelEntry
 
-    from ledger.ops.beat import TickScheduler
-    from ledger.ops.schedules import periodic_tasks_ensure
+    from ledger.schedules.beat import TickScheduler
+    from ledger.schedules import periodic_tasks_ensure
     from stateboard.celery import app
 
     wf = make_workflow(schedule="*/5 * * * *", schedule_intent="nightly", schedule_inputs={"window": "5m"})

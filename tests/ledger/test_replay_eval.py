@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from ledger.models import ReplayEval
-from ledger.ops.replay.reference import ReferenceModel
+from ledger.replay.reference import ReferenceModel
 from tests.factories import client_for, make_operator
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)

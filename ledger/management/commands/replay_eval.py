@@ -1,7 +1,7 @@
 """``python manage.py replay_eval [--episodes 200] [--seed S]``: recovery accuracy on replay (SPEC §7).
 
-Plays randomized fault-injected episodes through the API (``ledger.ops.replay.episodes``), compares every
-decision with the independent reference model (``ledger.ops.replay.reference``), prints the figures,
+Plays randomized fault-injected episodes through the API (``ledger.replay.episodes``), compares every
+decision with the independent reference model (``ledger.replay.reference``), prints the figures,
 records them (``ReplayEval``, shown by ``/api/v1/metrics/`` and ``/metrics``) and fails when any effect
 ran twice, any completion is unverified, or any decision was wrong.
 """
@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from ledger import selectors
 from ledger.models import ReplayEval
-from ledger.ops.replay.episodes import replay
+from ledger.replay.episodes import replay
 
 
 class Command(BaseCommand):
