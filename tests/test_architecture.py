@@ -1,6 +1,6 @@
 """The house's rules, checked on the source: no import circles among the product's modules, knowledge
-imports nothing from ledger, stateboard imports no app, no product module over 500 lines, no second
-request pipeline (docs/architecture.md)."""
+imports nothing from ledger, stateboard imports no app, support code (ledger/ops/) reached only from the
+commands, no product module over 500 lines, no second request pipeline (docs/architecture.md)."""
 
 import ast
 import functools
@@ -76,6 +76,28 @@ def test_lower_packages_import_nothing_from_higher_ones(package, forbidden):
                  if name.split(".")[0] == package
                  for target in imports_of(name, path, module_level=False) if target.split(".")[0] in forbidden]
     assert not offending, "\n".join(offending)
+
+
+def test_support_code_is_reached_only_from_its_commands():
+    """``ledger/ops/`` holds support code (the bench, the demo): only management commands import it; what the
+    services and the processes run lives in packages of its own (ledger/executor/, ledger/schedules/, …)."""
+    offending = [f"{name} imports {target}" for name, path in product_modules().items()
+                 if not name.startswith(("ledger.ops", "ledger.management.commands"))
+                 for target in imports_of(name, path, module_level=False) if target.startswith("ledger.ops")]
+    assert not offending, "\n".join(offending)
+
+
+def test_the_task_names_persisted_are_registered():
+    """Beat's rows (django-celery-beat's ``PeriodicTask.task``) and the outbox's rows name tasks by the dotted
+    name Celery derives from the module: a task whose module moves keeps its old name (``name=``)."""
+    from ledger.schedules import SWEEPS
+    from ledger.schedules.beat import FIRE_TASK
+    from ledger.services.outbox import CHAT_TASK, EXECUTOR_TASK
+    from stateboard.celery import app
+
+    app.loader.import_default_modules()
+    persisted = {task for task, _ in SWEEPS.values()} | {FIRE_TASK, EXECUTOR_TASK, CHAT_TASK}
+    assert not persisted - set(app.tasks), persisted - set(app.tasks)
 
 
 def test_no_product_module_over_500_lines():
