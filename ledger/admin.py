@@ -5,8 +5,8 @@ from django.utils.html import format_html
 from stateboard.admin import ReadOnlyAdmin
 from stateboard.redact import redact, redact_json
 
-from ledger.services.workflows import POLICY_FIELDS
 from ledger.models import Agent, ApiToken, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
+from ledger.services import POLICY_FIELDS
 
 
 def redacted(*fields: str):

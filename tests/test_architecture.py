@@ -40,17 +40,19 @@ def imports_of(name: str, path: Path, *, module_level: bool = True) -> set[str]:
             if node.level:
                 parts = package.split(".")
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
-            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            # ``from package import module`` needs the module, not what the package's __init__ re-exports
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
         for target in targets:
             while target and target not in modules:
                 target = target.rpartition(".")[0]
-            if target and target != name and not target.startswith(name + "."):  # a package's own submodules
+            if target and target != name:
                 found.add(target)
     return found
 
 
 def test_no_import_circles():
-    graph = {name: imports_of(name, path) for name, path in product_modules().items()}
+    """Not even through an import inside a function, nor through a package's facade (``ledger.services``)."""
+    graph = {name: imports_of(name, path, module_level=False) for name, path in product_modules().items()}
     circles, state = [], {}
 
     def visit(node, trail):
@@ -75,6 +77,14 @@ def test_lower_packages_import_nothing_from_higher_ones(package, forbidden):
     offending = [f"{name} imports {target}" for name, path in product_modules().items()
                  if name.split(".")[0] == package
                  for target in imports_of(name, path, module_level=False) if target.split(".")[0] in forbidden]
+    assert not offending, "\n".join(offending)
+
+
+def test_the_services_are_reached_through_their_facade():
+    """Outside ledger/services/ a verb is imported one way: from ``ledger.services``, which re-exports each."""
+    offending = [f"{name} imports {target}" for name, path in product_modules().items()
+                 if not name.startswith("ledger.services")
+                 for target in imports_of(name, path, module_level=False) if target.startswith("ledger.services.")]
     assert not offending, "\n".join(offending)
 
 

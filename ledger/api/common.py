@@ -15,7 +15,7 @@ from rest_framework.pagination import CursorPagination
 
 from ledger import selectors
 from ledger.models import Approval, Run, RunKey
-from ledger.services.audit import audit_record
+from ledger.services import audit_record
 from ledger.store import store
 from stateboard.errors import Invalid, NotFound
 from stateboard.policy import PolicyApi, request_data, request_field
