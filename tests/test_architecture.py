@@ -4,6 +4,7 @@ commands, no product module over 500 lines, no second request pipeline (docs/arc
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,16 @@ def test_the_task_names_persisted_are_registered():
     app.loader.import_default_modules()
     persisted = {task for task, _ in SWEEPS.values()} | {FIRE_TASK, EXECUTOR_TASK, CHAT_TASK}
     assert not persisted - set(app.tasks), persisted - set(app.tasks)
+
+
+def test_the_tests_take_redis_from_the_one_setting():
+    """Tests reach the machine's Redis only at ``REDIS_URL`` (its default is in tests/settings.py): a worker
+    listening on another database than the one this process publishes to never sees a message."""
+    fixed = re.compile(r"redis://(127\.0\.0\.1|localhost):6379")
+    found = [f"{path.relative_to(ROOT)}:{n}" for path in (ROOT / "tests").rglob("*.py")
+             if path != ROOT / "tests" / "settings.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if fixed.search(line)]
+    assert not found, found
 
 
 def test_no_product_module_over_500_lines():
