@@ -1,6 +1,7 @@
 """The house's rules, checked on the source: no import circles among the product's modules, knowledge
 imports nothing from ledger, stateboard imports no app, support code (ledger/ops/) reached only from the
-commands, no product module over 500 lines, no second request pipeline (docs/architecture.md)."""
+commands, the services' layers, one way into the services, no product module over 500 lines, no second
+request pipeline (docs/architecture.md)."""
 
 import ast
 import functools
@@ -87,6 +88,34 @@ def test_the_services_are_reached_through_their_facade():
                  if not name.startswith("ledger.services")
                  for target in imports_of(name, path, module_level=False) if target.startswith("ledger.services.")]
     assert not offending, "\n".join(offending)
+
+
+def test_the_services_import_only_layers_to_their_left():
+    """The one order of the services' modules is docs/architecture.md's line; each imports only earlier layers."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    line = re.search(r"Inside `ledger/services/`.*?reads them here\):\n(.*?)\.\n", text, re.S)
+    assert line, "docs/architecture.md: the services' layers are missing"
+    layers = [re.findall(r"`(\w+)`", part) for part in re.split(r"\s<\s", line.group(1))]
+    layer_of = {module: n for n, names in enumerate(layers) for module in names}
+    services = {name.rpartition(".")[2]: path for name, path in product_modules().items()
+                if name.startswith("ledger.services.")}
+    assert set(layer_of) == set(services), set(layer_of) ^ set(services)
+    wrong = [f"{module} ({layer_of[module]}) imports {target} ({layer_of[target]})"
+             for module, path in services.items()
+             for target in (name.rpartition(".")[2] for name in imports_of(f"ledger.services.{module}", path,
+                                                                               module_level=False)
+                            if name.startswith("ledger.services."))
+             if layer_of[target] >= layer_of[module]]
+    assert not wrong, wrong
+
+
+def test_nothing_points_outside_the_repository():
+    """A clone holds the repository alone: no document, setting or module names a path beside it."""
+    outside = "../" + "shared"
+    files = [*ROOT.glob("docs/*.md"), ROOT / "README.md", ROOT / "pyproject.toml", ROOT / ".ci" / "run",
+             *(p for package in (*PACKAGES, "tests") for p in (ROOT / package).rglob("*.py"))]
+    found = [str(path.relative_to(ROOT)) for path in files if outside in path.read_text()]
+    assert not found, found
 
 
 def test_support_code_is_reached_only_from_its_commands():

@@ -8,7 +8,7 @@ on the review page, the claims page and a claim's history: each form names the p
 (``next``, checked) and the action answers that page: a redirect back, or with htmx its fragment (the
 review sections, the claim's row, the history's versions). A page offers the buttons the authorizers
 and ``knowledge.domain.actions`` allow (``claim_actions``); the view asks the authorizer again and the
-service has the last word; ``stateboard.refusals`` records a refusal.
+service has the last word; ``@page`` (``stateboard.policy``) records a refusal.
 """
 
 from datetime import timedelta

@@ -36,8 +36,9 @@ def run_lease(*, actor: str, workflows=None, wait_seconds: int = 0, existing: se
     """Lease a queued run, waiting up to ``wait_seconds`` for one (long-poll). ``existing``: which of
     ``workflows`` exist, when the caller read them already (the pipeline's read of their ``agents``).
 
-    Between polls no transaction is open and the database connection is given back, so a hundred
-    waiting agents cost no connections (LISTEN/NOTIFY would need a dedicated connection per waiter)."""
+    The wait here is the plain WSGI server's (gunicorn) and the in-process client's: under the ASGI entry
+    the view waits 0 and ``stateboard.waits`` parks the request until NOTIFY wakes it. Between polls no
+    transaction is open and the database connection is given back, so waiting agents hold no connection."""
     if workflows is not None:
         if not isinstance(workflows, list) or not all(isinstance(w, str) for w in workflows):
             raise Invalid("validation_error", "workflows must be a list of workflow slugs.")

@@ -1,4 +1,4 @@
-"""Helpers of the ledger pages: checked forms (refused through ``stateboard.refusals``), safe `next`,
+"""Helpers of the ledger pages: checked forms (refused through ``stateboard.policy.page``), safe `next`,
 input diffs, evidence views."""
 
 import re
@@ -33,7 +33,7 @@ def form_error_text(form) -> str:
 
 
 def form_checked(form):
-    """The bound form, valid, or the refusal (422) the ``@refusals`` wrapper records and shows."""
+    """The bound form, valid, or the refusal (422) ``@page`` records and shows."""
     if not form.is_valid():
         raise Invalid("invalid_input", form_error_text(form))
     return form
