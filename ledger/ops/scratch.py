@@ -14,7 +14,6 @@ import tempfile
 from pathlib import Path
 
 import psycopg
-from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connections
@@ -78,6 +77,8 @@ def scratch_connection(marker: str, *, say):
     """Django's default connection, in this thread, on a new migrated database of its own (PostgreSQL: on
     the configured server; SQLite: a file in a temporary folder); dropped after. The configured connection
     is set aside untouched (an open transaction included) and given back."""
+    from django.contrib.contenttypes.models import ContentType  # (d) bench's `-m` children import this pre-setup
+
     original = connections["default"]
     settings = copy.deepcopy(original.settings_dict)
     settings["OPTIONS"].pop("pool", None)  # Django keeps pools per alias: the configured database's
@@ -86,6 +87,7 @@ def scratch_connection(marker: str, *, say):
         if original.vendor == "postgresql":
             settings["NAME"] = f"stateboard_{marker}_{secrets.token_hex(4)}"
             stack.enter_context(server_database(settings["NAME"], marker=marker, say=say))
+            say(f"scratch database {settings['NAME']!r} created on the server")
         else:
             folder = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"stateboard-{marker}-"))
             settings["NAME"] = str(Path(folder) / f"{marker}.sqlite3")
