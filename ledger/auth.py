@@ -11,7 +11,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from ledger.models import ApiToken
-from ledger.services.audit import audit_record
+from ledger.services import audit_record
 from ledger.store import store
 from stateboard.canonical import sha256_hex
 from stateboard.roles import roles_remember

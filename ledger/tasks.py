@@ -30,11 +30,11 @@ def checkpoints_prune() -> int:
 
 @shared_task(acks_late=True, **DB_RETRY)
 def workflow_fire(workflow_slug: str, slot: str | None = None) -> str:
-    """A schedule tick. ``slot`` is the tick's scheduled time T, computed by beat (``ledger.ops.beat``) and
+    """A schedule tick. ``slot`` is the tick's scheduled time T, computed by beat (``ledger.schedules.beat``) and
     carried in the message: the worker never reads its own clock for it, so a late or repeated
     delivery of one tick is still that tick's one run."""
     if not slot:
-        raise ValueError("workflow_fire needs the tick's slot (sent by ledger.ops.beat.TickScheduler)")
+        raise ValueError("workflow_fire needs the tick's slot (sent by ledger.schedules.beat.TickScheduler)")
     run = services.schedule_tick(workflow_slug=workflow_slug, slot=slot)
     return str(run.id) if run else ""
 

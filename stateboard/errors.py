@@ -56,7 +56,7 @@ class Forbidden(DomainError):
 
 class Refused(Forbidden):
     """An authorizer's no: ``Refused(code, detail)`` (403). Raised by ``ledger/authorizers.py`` and
-    ``knowledge/authorizers.py``; ``stateboard.refusals`` records and answers it."""
+    ``knowledge/authorizers.py``; the pipeline (``stateboard.policy``) records and answers it."""
 
 
 class ParseFailed(exceptions.ParseError):

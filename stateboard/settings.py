@@ -247,12 +247,12 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "celery")
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULER = "ledger.ops.beat:TickScheduler"
+CELERY_BEAT_SCHEDULER = "ledger.schedules.beat:TickScheduler"
 
-# Executor handlers (SPEC §5.2): name → dotted path of a ledger.ops.executor.Handler.
+# Executor handlers (SPEC §5.2): name → dotted path of a ledger.executor.Handler.
 STATEBOARD_EXECUTORS = {
-    "webhook": "ledger.ops.executor.webhook.WebhookHandler",
-    "record": "ledger.ops.executor.record.RecordHandler",
+    "webhook": "ledger.executor.webhook.WebhookHandler",
+    "record": "ledger.executor.record.RecordHandler",
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 

@@ -1,10 +1,12 @@
 """The house's rules, checked on the source: no import circles among the product's modules, knowledge
-imports nothing from ledger, stateboard imports no app, no product module over 500 lines, no second
+imports nothing from ledger, stateboard imports no app, support code (ledger/ops/) reached only from the
+commands, the services' layers, one way into the services, no product module over 500 lines, no second
 request pipeline, pages name their authorizers only in their policies (docs/architecture.md)."""
 
 import ast
 import functools
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -41,17 +43,19 @@ def imports_of(name: str, path: Path, *, module_level: bool = True) -> set[str]:
             if node.level:
                 parts = package.split(".")
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
-            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            # ``from package import module`` needs the module, not what the package's __init__ re-exports
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
         for target in targets:
             while target and target not in modules:
                 target = target.rpartition(".")[0]
-            if target and target != name and not target.startswith(name + "."):  # a package's own submodules
+            if target and target != name:
                 found.add(target)
     return found
 
 
 def test_no_import_circles():
-    graph = {name: imports_of(name, path) for name, path in product_modules().items()}
+    """Not even through an import inside a function, nor through a package's facade (``ledger.services``)."""
+    graph = {name: imports_of(name, path, module_level=False) for name, path in product_modules().items()}
     circles, state = [], {}
 
     def visit(node, trail):
@@ -77,6 +81,74 @@ def test_lower_packages_import_nothing_from_higher_ones(package, forbidden):
                  if name.split(".")[0] == package
                  for target in imports_of(name, path, module_level=False) if target.split(".")[0] in forbidden]
     assert not offending, "\n".join(offending)
+
+
+def test_the_services_are_reached_through_their_facade():
+    """Outside ledger/services/ a verb is imported one way: from ``ledger.services``, which re-exports each."""
+    offending = [f"{name} imports {target}" for name, path in product_modules().items()
+                 if not name.startswith("ledger.services")
+                 for target in imports_of(name, path, module_level=False) if target.startswith("ledger.services.")]
+    assert not offending, "\n".join(offending)
+
+
+def test_the_services_import_only_layers_to_their_left():
+    """The one order of the services' modules is docs/architecture.md's line; each imports only earlier layers."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    line = re.search(r"Inside `ledger/services/`.*?reads them here\):\n(.*?)\.\n", text, re.S)
+    assert line, "docs/architecture.md: the services' layers are missing"
+    layers = [re.findall(r"`(\w+)`", part) for part in re.split(r"\s<\s", line.group(1))]
+    layer_of = {module: n for n, names in enumerate(layers) for module in names}
+    services = {name.rpartition(".")[2]: path for name, path in product_modules().items()
+                if name.startswith("ledger.services.")}
+    assert set(layer_of) == set(services), set(layer_of) ^ set(services)
+    wrong = [f"{module} ({layer_of[module]}) imports {target} ({layer_of[target]})"
+             for module, path in services.items()
+             for target in (name.rpartition(".")[2] for name in imports_of(f"ledger.services.{module}", path,
+                                                                               module_level=False)
+                            if name.startswith("ledger.services."))
+             if layer_of[target] >= layer_of[module]]
+    assert not wrong, wrong
+
+
+def test_nothing_points_outside_the_repository():
+    """A clone holds the repository alone: no document, setting or module names a path beside it."""
+    outside = "../" + "shared"
+    files = [*ROOT.glob("docs/*.md"), ROOT / "README.md", ROOT / "pyproject.toml", ROOT / ".ci" / "run",
+             *(p for package in (*PACKAGES, "tests") for p in (ROOT / package).rglob("*.py"))]
+    found = [str(path.relative_to(ROOT)) for path in files if outside in path.read_text()]
+    assert not found, found
+
+
+def test_support_code_is_reached_only_from_its_commands():
+    """``ledger/ops/`` holds support code (the bench, the demo): only management commands import it; what the
+    services and the processes run lives in packages of its own (ledger/executor/, ledger/schedules/, …)."""
+    offending = [f"{name} imports {target}" for name, path in product_modules().items()
+                 if not name.startswith(("ledger.ops", "ledger.management.commands"))
+                 for target in imports_of(name, path, module_level=False) if target.startswith("ledger.ops")]
+    assert not offending, "\n".join(offending)
+
+
+def test_the_task_names_persisted_are_registered():
+    """Beat's rows (django-celery-beat's ``PeriodicTask.task``) and the outbox's rows name tasks by the dotted
+    name Celery derives from the module: a task whose module moves keeps its old name (``name=``)."""
+    from ledger.schedules import SWEEPS
+    from ledger.schedules.beat import FIRE_TASK
+    from ledger.services.outbox import CHAT_TASK, EXECUTOR_TASK
+    from stateboard.celery import app
+
+    app.loader.import_default_modules()
+    persisted = {task for task, _ in SWEEPS.values()} | {FIRE_TASK, EXECUTOR_TASK, CHAT_TASK}
+    assert not persisted - set(app.tasks), persisted - set(app.tasks)
+
+
+def test_the_tests_take_redis_from_the_one_setting():
+    """Tests reach the machine's Redis only at ``REDIS_URL`` (its default is in tests/settings.py): a worker
+    listening on another database than the one this process publishes to never sees a message."""
+    fixed = re.compile(r"redis://(127\.0\.0\.1|localhost):6379")
+    found = [f"{path.relative_to(ROOT)}:{n}" for path in (ROOT / "tests").rglob("*.py")
+             if path != ROOT / "tests" / "settings.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if fixed.search(line)]
+    assert not found, found
 
 
 def test_no_product_module_over_500_lines():

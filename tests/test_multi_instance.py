@@ -20,16 +20,17 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 from ledger.models import Effect, LedgerEvent, Run
-from ledger.ops.schedules import periodic_tasks_ensure
+from ledger.schedules import periodic_tasks_ensure
 from tests.factories import make_agent, make_operator, make_workflow
 from tests.ledger.workers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
-BROKER = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
+BROKER = settings.REDIS_URL
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True),
               pytest.mark.skipif(connection.vendor != "postgresql", reason="many instances share PostgreSQL")]
 ACTION = {"system": "cms", "operation": "publish", "target": "post-1", "summary": "Publish post 1"}

@@ -8,7 +8,7 @@ on the review page, the claims page and a claim's history: each form names the p
 (``next``, checked) and the action answers that page: a redirect back, or with htmx its fragment (the
 review sections, the claim's row, the history's versions). A page offers the buttons the authorizers
 and ``knowledge.domain.actions`` allow (``claim_actions``); each action's policy names its authorizer,
-the service asks it again and has the last word, and ``@page`` records a refusal.
+the service asks it again and has the last word, and ``@page`` (``stateboard.policy``) records a refusal.
 """
 
 from datetime import timedelta

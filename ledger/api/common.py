@@ -14,7 +14,7 @@ from rest_framework.pagination import CursorPagination
 
 from ledger import selectors
 from ledger.models import Approval, Run
-from ledger.services.audit import refusal_audit
+from ledger.services import refusal_audit
 from ledger.store import store
 from stateboard.errors import Invalid, NotFound
 from stateboard.policy import PolicyApi, request_data, request_field

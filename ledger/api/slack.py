@@ -24,7 +24,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.parsers import FormParser
 from rest_framework.response import Response
 
-from ledger.services import slack
+from ledger import services
 from stateboard.errors import DomainError, ParseFailed, decode_json_body
 from stateboard.policy import PUBLIC, Policy, PolicyApi, policy_of, refusal_audit
 
@@ -69,8 +69,8 @@ class SlackSignatureAuthentication(authentication.BaseAuthentication):
         if raw is None:
             raise ParseFailed("slack_payload_invalid", "The body must be form-encoded with a payload= field.")
         payload = decode_json_body(raw.encode())
-        team_id, user_id = slack.slack_user_of(payload)
-        user = slack.slack_operator(team_id=team_id, user_id=user_id)
+        team_id, user_id = services.slack_user_of(payload)
+        user = services.slack_operator(team_id=team_id, user_id=user_id)
         return (user or AnonymousUser()), SlackCall(signature, payload if isinstance(payload, dict) else {})
 
     def authenticate_header(self, request):
@@ -94,16 +94,16 @@ class SlackActionsApi(PolicyApi):
         call = request.auth
         if not isinstance(call, SlackCall):
             raise exceptions.NotAuthenticated("Slack's request signature (X-Slack-Signature) is required.")
-        slack.slack_replay_guard(signature=call.signature)
-        action = slack.slack_action_parse(call.payload)
+        services.slack_replay_guard(signature=call.signature)
+        action = services.slack_action_parse(call.payload)
         if action is not None:
             reply_key = f"slack:reply:{call.signature}"
             user = request.user if request.user.is_authenticated else None
             try:
-                slack.slack_decide(action=action, user=user, reply_key=reply_key)
+                services.slack_decide(action=action, user=user, reply_key=reply_key)
             except DomainError as error:  # refused, nothing changed: the person is told in Slack
                 refusal_audit(policy_of(self, "POST"), error, request, _audit_kwargs(action))
-                slack.slack_refusal_reply(action=action, error=error, reply_key=reply_key)
+                services.slack_refusal_reply(action=action, error=error, reply_key=reply_key)
         return Response(status=200)
 
 

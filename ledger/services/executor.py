@@ -25,8 +25,8 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ledger.ops.executor import Handler, HandlerConfigError, Outcome, handler_for
 from ledger.domain.machine import EXECUTOR_STATES
+from ledger.executor import Handler, HandlerConfigError, Outcome, handler_for
 from ledger.models import Approval, Effect, Run
 from ledger.services.approvals import high_impact_open, permit_find
 from ledger.services.events import event_append

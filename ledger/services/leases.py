@@ -39,8 +39,9 @@ def run_lease(*, user, workflows=None, wait_seconds: int = 0, existing: set[str]
     (long-poll). ``existing``: which of ``workflows`` exist, when the caller read them already (the
     pipeline's read of their ``agents``).
 
-    Between polls no transaction is open and the database connection is given back, so a hundred
-    waiting agents cost no connections (LISTEN/NOTIFY would need a dedicated connection per waiter)."""
+    The wait here is the plain WSGI server's (gunicorn) and the in-process client's: under the ASGI entry
+    the view waits 0 and ``stateboard.waits`` parks the request until NOTIFY wakes it. Between polls no
+    transaction is open and the database connection is given back, so waiting agents hold no connection."""
     authorizers.may_lease(user)
     actor = actor_for(user)
     if workflows is not None:

@@ -41,7 +41,7 @@ RUN_ID_FIELD = Notification._meta.get_field("run_id")
 INSERT_CHUNK = 1000
 
 
-class Item(NamedTuple):
+class NotificationItem(NamedTuple):
     """One notification to insert: for ``user_id``, unique by ``dedupe_key``; about a run (and its
     intent) or a claim."""
 
@@ -64,11 +64,11 @@ def notifications_send(*, users, kind: str, subject: str, url: str, dedupe_key: 
     """Notify each of ``users`` (users or ids) once per ``dedupe_key``; returns the new rows' ids."""
     ids = dict.fromkeys(_user_id(u) for u in users)
     run_id = str(run_id) if run_id else None
-    return notifications_send_many([Item(uid, kind, subject, url, dedupe_key, run_id, intent, claim_key)
+    return notifications_send_many([NotificationItem(uid, kind, subject, url, dedupe_key, run_id, intent, claim_key)
                                     for uid in ids], now=now)
 
 
-def notifications_send_many(items: Iterable[Item], *, now: datetime | None = None) -> list[int]:
+def notifications_send_many(items: Iterable[NotificationItem], *, now: datetime | None = None) -> list[int]:
     """Insert many notifications in a few multi-row statements, skipping ones already sent."""
     now = now or timezone.now()
     rows = list({(i.user_id, i.dedupe_key[:DEDUPE_MAX]): i for i in items}.items())

@@ -46,9 +46,7 @@ def outbox_put(*, task: str, args: list | None = None, kwargs: dict | None = Non
 
 
 def _send(row: Outbox) -> None:
-    import ledger.tasks  # noqa: F401 (registers the tasks; (a) circle: services.outbox <- tasks)
-
-    task = app.tasks.get(row.task)
+    task = app.tasks.get(row.task)  # registered when the app is ready (ledger/apps.py)
     if row.task in PERFORMED_BY_RELAY:
         task(*row.args, **row.kwargs)  # here and now: it raises when the delivery failed
     elif task is not None:  # apply_async honours task_always_eager (tests and the embedded demo)

@@ -17,7 +17,7 @@ from ledger.domain import recovery
 from ledger import selectors
 from ledger.models import (HOLDING_STATES, LEASED_STATES, Checkpoint, EffectKey, EventKind, Run,
                            Trigger, Workflow)
-from ledger.ops.schedules import SLOT_FORMAT
+from ledger.schedules import SLOT_FORMAT
 from ledger.services.versions import goals_latest
 from ledger.services.writer import (RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock,
                                     workflow_spec)

@@ -13,9 +13,9 @@ from django.db import IntegrityError, transaction
 
 from ledger import authorizers
 from ledger.domain.alerts import alerts_problem
-from ledger.ops.executor import HandlerConfigError, handler_for
+from ledger.executor import HandlerConfigError, handler_for
 from ledger.models import Workflow
-from ledger.ops.schedules import periodic_tasks_ensure, schedule_problem
+from ledger.schedules import periodic_tasks_ensure, schedule_problem
 from ledger.services.audit import audit_record
 from stateboard.errors import Conflict, Invalid, NotFound
 

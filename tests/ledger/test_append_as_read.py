@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from ledger import services
 from ledger.models import LedgerEvent, Run
-from ledger.services.writer import RunWriter, chain_verify
+from ledger.services import RunWriter, chain_verify
 from ledger.store import StatementRefused, statements_refused, store
 from tests.factories import client_for, make_agent, make_workflow
 from tests.ledger.helpers import race, raised

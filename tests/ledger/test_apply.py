@@ -11,7 +11,7 @@ from django.core.management.base import CommandError
 from django_celery_beat.models import PeriodicTask
 
 from ledger.models import AuditEntry, Run, Workflow
-from ledger.ops.schedules import periodic_tasks_ensure
+from ledger.schedules import periodic_tasks_ensure
 from ledger.tasks import workflow_fire
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger.models import Workflow
-from ledger.services.apply import file_form, file_parse, workflows_apply
+from ledger.services import file_form, file_parse, workflows_apply
 from stateboard.errors import DomainError
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ from ledger.models import Approval, Effect, LedgerEvent, Outbox, Run
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver
 from tests.ledger.receiver import Receiver
-from tests.ledger.workers import workers, wait_until  # noqa: F401 (fixture)
+from tests.ledger.workers import BROKER, workers, wait_until  # noqa: F401 (fixture)
 
 ACTION = {"system": "k8s", "operation": "deploy", "target": "prod/web", "summary": "roll out v2"}
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]  # real worker processes
@@ -87,8 +87,8 @@ def test_crash_late_and_double_ticks_make_one_run_per_tick(workers):  # noqa: F8
     from django_celery_beat.models import PeriodicTask
     from django_celery_beat.schedulers import ModelEntry
 
-    from ledger.ops.beat import TickScheduler
-    from ledger.ops.schedules import periodic_tasks_ensure
+    from ledger.schedules.beat import TickScheduler
+    from ledger.schedules import periodic_tasks_ensure
     from stateboard.celery import app
 
     wf = make_workflow(schedule="*/5 * * * *", schedule_intent="nightly", schedule_inputs={"window": "5m"})
@@ -121,7 +121,7 @@ def test_crash_late_and_double_ticks_make_one_run_per_tick(workers):  # noqa: F8
 def _pending(queue) -> int:
     import redis
 
-    return redis.Redis.from_url("redis://127.0.0.1:6379/15").llen(queue)
+    return redis.Redis.from_url(BROKER).llen(queue)
 
 
 def _point_broker(monkeypatch, url):
@@ -151,7 +151,7 @@ def test_crash_broker_down_keeps_the_job_in_the_outbox(workers, monkeypatch):  #
         assert driver.client.get("/healthz").status_code == 503
         assert services.outbox_relay() == 0
     finally:
-        _point_broker(monkeypatch, "redis://127.0.0.1:6379/15")
+        _point_broker(monkeypatch, BROKER)
     workers.start()
     assert services.outbox_relay() == 1
     assert wait_until(lambda: Run.objects.get(id=run["id"]).state == "completed", 40)

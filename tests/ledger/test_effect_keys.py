@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from ledger.domain.effects import effect_key_namespaced
 from ledger.models import Effect, EffectKey
-from ledger.services.writer import effect_key_default
+from ledger.services import effect_key_default
 from tests.factories import client_for, make_agent, make_workflow
 from tests.ledger.helpers import EVIDENCE, AgentDriver
 

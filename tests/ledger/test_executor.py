@@ -121,7 +121,7 @@ def test_executor_stage_under_a_goal_change_finishes_then_the_run_is_queued(monk
     verified under the old goal first; then it moves (fresh / goal_changed) and is queued for an agent,
     not handed back to the agent that proposed."""
     from ledger import services
-    from ledger.ops.executor.record import RecordHandler
+    from ledger.executor.record import RecordHandler
 
     wf = make_workflow(stages=["build", "deploy", "verify"], effect_stages=["deploy"], approval_stages=[],
                        executors={"deploy": {"handler": "record", "config": {}}})

@@ -50,7 +50,7 @@ def _export() -> bytes:
 def _wipe():
     from django.contrib.auth import get_user_model
 
-    from ledger.ops.portability.rows import IDENTITY_TYPES, SYSTEM_TYPES
+    from ledger.portability.rows import IDENTITY_TYPES, SYSTEM_TYPES
 
     with pgtrigger.ignore():
         for _, model in reversed(IDENTITY_TYPES + SYSTEM_TYPES):
@@ -61,7 +61,7 @@ def _wipe():
 
 def _signed(lines: list[dict]) -> bytes:
     """A file of ``lines`` signed with the test key (what someone holding the key could write)."""
-    from ledger.ops.portability import signing
+    from ledger.portability import signing
 
     body = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
     mac = signing.signature(KEY.encode(), body)

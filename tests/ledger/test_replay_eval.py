@@ -1,15 +1,17 @@
 """replay_eval: fault-injected episodes through the API, each decision checked against the reference model."""
 
 import io
+import re
+from pathlib import Path
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from ledger.models import ReplayEval
-from ledger.ops.replay.reference import ReferenceModel
-from tests.factories import client_for, make_operator
+from ledger.models import ApiToken, ReplayEval, Run, Workflow
+from ledger.replay.reference import ReferenceModel
+from tests.factories import client_for, make_agent, make_operator, make_workflow
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 STAGES = ["draft", "push", "build", "deploy", "check"]
@@ -103,7 +105,8 @@ def test_reference_retry_budget_expiry_policy_and_inputs():
 @pytest.mark.slow  # its short-TTL episodes sleep past a real 1 s checkpoint TTL
 @pytest.mark.django_db(transaction=True)
 def test_replay_eval_passes_records_accuracy_and_metrics_show_it(client):
-    """30 episodes: every decision right, no effect twice, a ReplayEval row; /metrics and the API show it."""
+    """30 episodes: every decision right, no effect twice, a ReplayEval row; /metrics and the API show it (and
+    none of the episodes' runs)."""
     out = io.StringIO()
     call_command("replay_eval", episodes=30, seed=20261130, stdout=out, stderr=io.StringIO())
     text = out.getvalue()
@@ -112,13 +115,14 @@ def test_replay_eval_passes_records_accuracy_and_metrics_show_it(client):
     record = ReplayEval.objects.get()
     assert (record.episodes, record.seed, record.duplicates, record.unverified) == (30, 20261130, 0, 0)
     assert record.decisions > 100 and record.correct == record.decisions and record.accuracy == 1.0
+    assert re.search(r"scratch ledger: runs +[1-9]", text) and "scratch ledger: p95_trigger_to_decision_ms" in text
     _, token = make_operator("viewer")
     body = client_for(token).get("/api/v1/metrics/").json()
     assert body["recovery_accuracy"]["accuracy"] == 1.0 and body["recovery_accuracy"]["seed"] == 20261130
-    assert body["duplicate_side_effects"] == 0 and body["p95_trigger_to_decision_ms"] > 0
+    assert body["runs"] == 0 and body["p95_trigger_to_decision_ms"] is None  # the episodes ran elsewhere
     prometheus = client.get("/metrics").content.decode()
     assert "\nstateboard_recovery_accuracy 1.0\n" in prometheus
-    assert "stateboard_trigger_to_decision_p95_seconds " in prometheus
+    assert "stateboard_trigger_to_decision_p95_seconds " not in prometheus  # no replayed run skews it
 
 
 @pytest.mark.django_db
@@ -141,3 +145,30 @@ def test_replay_eval_fails_when_one_recovery_rule_is_broken(monkeypatch):
     assert "MISMATCH" in out.getvalue() and '"outcome": "verify_only"' in out.getvalue()
     record = ReplayEval.objects.get()
     assert record.correct < record.decisions and record.accuracy < 1.0
+
+
+@pytest.mark.django_db
+def test_replay_eval_writes_no_identity_workflow_or_run_into_the_configured_database():
+    """The episodes' users, live tokens, workflows and runs go to a scratch database of their own, dropped at
+    the end: the configured database's counts stay as they were; the report is printed, the figures recorded."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    make_workflow(), make_agent()
+
+    def counts():
+        return [model.objects.count() for model in (get_user_model(), ApiToken, Workflow, Run)]
+
+    before = counts()
+    out, err = io.StringIO(), io.StringIO()
+    call_command("replay_eval", episodes=3, seed=5, stdout=out, stderr=err)
+    assert counts() == before
+    assert "recovery accuracy" in out.getvalue() and "replay_eval passed" in out.getvalue()
+    assert ReplayEval.objects.get().episodes == 3
+    scratch = re.search(r"scratch database '?([^' ]+)'?", err.getvalue()).group(1)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_database WHERE datname = %s", [scratch])
+            assert cursor.fetchone()[0] == 0, f"{scratch} left behind"
+    else:
+        assert not Path(scratch).exists()

@@ -1,4 +1,5 @@
-"""Real Celery worker subprocesses against Redis db 15 and this test process's database."""
+"""Real Celery worker subprocesses against the tests' Redis (``REDIS_URL``, tests/settings.py) and this test
+process's database."""
 
 import os
 import signal
@@ -9,10 +10,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
-BROKER = "redis://127.0.0.1:6379/15"
+BROKER = settings.REDIS_URL  # the workers listen where this process publishes
 
 
 class Workers:

@@ -3,8 +3,9 @@
 
 The ledger bench needs PostgreSQL. It creates its own scratch database on the same
 server (``stateboard_bench`` unless ``--db-name``), migrates it, measures, and drops it
-at the end (``--keep`` keeps it). The database named in DATABASE_URL is only used to
-reach the server; nothing is written to it. Example::
+at the end (``--keep`` keeps it). It drops only what it created: a name without ``bench``
+as a word, or of a database that exists already, is refused (``ledger.ops.scratch``). The
+database named in DATABASE_URL is only used to reach the server; nothing is written to it. Example::
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/stateboard SECRET_KEY=x \\
         python manage.py bench ledger
@@ -50,7 +51,8 @@ class Command(BaseCommand):
                             help="ledger: skip the bulk load and the recovery-decision latency figures")
         parser.add_argument("--keep", action="store_true", help="keep the scratch database afterwards")
         parser.add_argument("--db-name", default="stateboard_bench",
-                            help="name of the scratch database (created, and dropped at the end)")
+                            help="name of the scratch database (created, and dropped at the end): 'bench' as a "
+                                 "word in it, and no database of that name yet")
         parser.add_argument("--reps", type=int, default=5,
                             help="ledger: repetitions of each throughput measurement (the median is printed)")
         parser.add_argument("--duration", type=float, default=3.0,

@@ -3,7 +3,7 @@ from datetime import timezone as dt_timezone
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_date, parse_datetime
 
-from ledger.ops.portability import export_lines
+from ledger.portability import export_lines
 
 
 def _moment(value: str):

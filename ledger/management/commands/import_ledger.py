@@ -2,7 +2,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger.ops.portability import ImportRefused, import_file
+from ledger.portability import ImportRefused, import_file
 
 
 class Command(BaseCommand):

@@ -1,9 +1,13 @@
 """``python manage.py replay_eval [--episodes 200] [--seed S]``: recovery accuracy on replay (SPEC §7).
 
-Plays randomized fault-injected episodes through the API (``ledger.ops.replay.episodes``), compares every
-decision with the independent reference model (``ledger.ops.replay.reference``), prints the figures,
+Plays randomized fault-injected episodes through the API (``ledger.replay.episodes``), compares every
+decision with the independent reference model (``ledger.replay.reference``), prints the figures,
 records them (``ReplayEval``, shown by ``/api/v1/metrics/`` and ``/metrics``) and fails when any effect
 ran twice, any completion is unverified, or any decision was wrong.
+
+The episodes' identities, tokens, workflows and runs live in a scratch database of their own
+(``ledger.ops.scratch``), where the figures are computed; it is dropped at the end. The configured
+database gets only the ``ReplayEval`` row.
 """
 
 import json
@@ -16,7 +20,8 @@ from django.utils import timezone
 
 from ledger import selectors
 from ledger.models import ReplayEval
-from ledger.ops.replay.episodes import replay
+from ledger.ops.scratch import scratch_connection
+from ledger.replay.episodes import replay
 
 
 class Command(BaseCommand):
@@ -41,12 +46,13 @@ class Command(BaseCommand):
             self.stderr.write(f"  {done}/{episodes} episodes, {tally.decisions} decisions, "
                               f"{tally.correct} right, {len(tally.duplicates)} duplicate effects")
 
-        tally = replay(episodes=episodes, seed=seed, prefix=prefix, progress=progress)
+        with scratch_connection("replay", say=self.stderr.write):
+            tally = replay(episodes=episodes, seed=seed, prefix=prefix, progress=progress)
+            ledger = selectors.metrics(since=started)
         elapsed = time.monotonic() - began
         record = ReplayEval.objects.create(
             episodes=tally.episodes, decisions=tally.decisions, correct=tally.correct, accuracy=tally.accuracy,
             seed=seed, duplicates=len(tally.duplicates), unverified=tally.unverified)
-        ledger = selectors.metrics(since=started)
 
         rows = [
             ("episodes", tally.episodes),
@@ -64,7 +70,7 @@ class Command(BaseCommand):
             ("seed", seed),
             ("seconds", f"{elapsed:.1f}"),
         ]
-        rows += [(f"ledger since start: {name}", _show(ledger.get(name))) for name in (
+        rows += [(f"scratch ledger: {name}", _show(ledger.get(name))) for name in (
             "runs", "effects", "duplicate_side_effect_rate", "unverified_completion_rate",
             "p95_trigger_to_decision_ms", "escalated_runs", "failed_runs", "open_approvals")]
         self._table("replay_eval", rows)

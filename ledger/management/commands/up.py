@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 
-from ledger.ops.schedules import periodic_tasks_ensure
+from ledger.schedules import periodic_tasks_ensure
 from stateboard.supervise import Watchdog
 from stateboard.webserver import port_served, processes_stop, web_command
 
@@ -39,7 +39,7 @@ def process_commands(python: str, bind: str, *, name: str = "") -> dict[str, lis
         "web": web_command(python, bind),  # threaded workers sized to the machine (stateboard.webserver)
         "worker": worker + (["--hostname", f"{name}@%h"] if name else []),
         "beat": [python, "-m", "celery", "-A", "stateboard", "beat", "--loglevel", "INFO",
-                 "--scheduler", "ledger.ops.beat:TickScheduler",
+                 "--scheduler", "ledger.schedules.beat:TickScheduler",
                  "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
     }
 

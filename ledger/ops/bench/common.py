@@ -17,8 +17,8 @@ from urllib.parse import quote
 import psycopg
 from django.core.management import call_command
 from django.db import connection, connections
-from psycopg import sql
 
+from ledger.ops.scratch import connect_kwargs, server_database
 from stateboard.stats import percentile
 
 RAW_TABLE = "bench_raw_insert"
@@ -116,27 +116,9 @@ def _db_settings():
     return connections["default"].settings_dict
 
 
-def _conn_kwargs(dbname: str | None = None) -> dict:
-    s = _db_settings()
-    kwargs = {"dbname": dbname or s["NAME"], "user": s.get("USER"), "password": s.get("PASSWORD"),
-              "host": s.get("HOST"), "port": s.get("PORT")}
-    return {k: str(v) for k, v in kwargs.items() if v not in (None, "")}
-
-
 def raw_connect(dbname: str | None = None, autocommit: bool = False):
     """A plain psycopg connection (no Django) to ``dbname``, by default the one Django uses now."""
-    return psycopg.connect(autocommit=autocommit, **_conn_kwargs(dbname))
-
-
-def _admin_connect():
-    """An autocommit connection to a maintenance database of the same server."""
-    last = None
-    for name in ("postgres", "template1", _db_settings()["NAME"]):
-        try:
-            return raw_connect(name, autocommit=True)
-        except psycopg.OperationalError as exc:
-            last = exc
-    raise BenchError(f"Cannot reach the PostgreSQL server of DATABASE_URL: {last}")
+    return psycopg.connect(autocommit=autocommit, **connect_kwargs(dbname))
 
 
 def close_django_connections() -> None:
@@ -167,36 +149,23 @@ def database_url(name: str) -> str:
 
 @contextlib.contextmanager
 def scratch_database(name: str, say: Out, keep: bool):
-    """Create database ``name`` on the same server, migrate it, point Django at it; drop it after.
-    Every benchmark runs in one, so this is where a database other than PostgreSQL is refused."""
+    """Create database ``name`` on the same server (``server_database``: never one that exists), migrate it,
+    point Django at it; drop it after. Every benchmark runs in one, so this is where a database other than
+    PostgreSQL is refused."""
     if connection.vendor != "postgresql":
         raise BenchError(f"The benchmarks run on PostgreSQL only (the database here is {connection.vendor}). "
                          "Set DATABASE_URL=postgres://USER@HOST:5432/DBNAME; each bench creates its own scratch "
                          f"database ({name!r}) on that server and drops it at the end.")
 
-    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", name):
-        raise BenchError(f"--db-name {name!r}: use lower-case letters, digits and underscores.")
     original = _db_settings()["NAME"]
-    if name == original:
-        raise BenchError(f"The scratch database must not be the configured one ({original!r}); "
-                         "it is dropped at the end.")
-    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-    with _admin_connect() as admin:
-        admin.execute(drop)
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    say(f"scratch database {name!r} created on the DATABASE_URL server; migrating ...")
-    _switch_database(name)
-    try:
-        call_command("migrate", verbosity=0, interactive=False)
-        yield
-    finally:
-        _switch_database(original)
-        if keep:
-            say(f"scratch database {name!r} kept (--keep); drop it with: DROP DATABASE {name};")
-        else:
-            with _admin_connect() as admin:
-                admin.execute(drop)
-            say(f"scratch database {name!r} dropped")
+    with server_database(name, marker="bench", say=say, keep=keep):  # refuses a database it did not create
+        say(f"scratch database {name!r} created on the DATABASE_URL server; migrating ...")
+        _switch_database(name)
+        try:
+            call_command("migrate", verbosity=0, interactive=False)
+            yield
+        finally:
+            _switch_database(original)
 
 
 # ---------------------------------------------------------------------------------------------

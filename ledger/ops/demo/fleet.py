@@ -142,7 +142,7 @@ def executor_nudge() -> int:
 
     from ledger import services  # (d)
     from ledger.models import Approval, Run  # (d)
-    from ledger.services.writer import EXECUTOR  # (d)
+    from ledger.services import EXECUTOR  # (d)
 
     done = 0
     now = datetime.now(timezone.utc)

@@ -17,12 +17,12 @@ from django.db import DataError, IntegrityError, connection, transaction
 
 from knowledge.models import Claim
 from ledger.models import AuditEntry, EffectKey, Goal, Run, SavedView, Workflow
-import ledger.ops.portability.checks as checks
-import ledger.ops.portability.signing as signing
-from ledger.ops.portability.export import FORMAT
-from ledger.ops.portability.rows import (IDENTITY_TYPES, SYSTEM_TYPES, TYPES, ImportRefused, LineInvalid, User,
+import ledger.portability.checks as checks
+import ledger.portability.signing as signing
+from ledger.portability.export import FORMAT
+from ledger.portability.rows import (IDENTITY_TYPES, SYSTEM_TYPES, TYPES, ImportRefused, LineInvalid, User,
                                         roles_set, row_from_line)
-from ledger.services.audit import audit_record
+from ledger.services import audit_record
 
 
 def _lines(data: bytes) -> list[tuple[int, bytes]]:

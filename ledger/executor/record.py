@@ -1,6 +1,6 @@
 """``record``: performs nothing outside; records the action as done (demos, tests, staging)."""
 
-from ledger.ops.executor import Handler, Outcome
+from ledger.executor import Handler, Outcome
 
 
 class RecordHandler(Handler):

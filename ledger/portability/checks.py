@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from ledger.domain.kinds import APPROVAL_STATUS_KINDS
 from ledger.domain.projection import effects_replay, run_replay
-from ledger.ops.portability.rows import TYPES, ImportRefused, User
-from ledger.services.writer import GENESIS_HASH, event_compute_hash, input_fingerprint
+from ledger.portability.rows import TYPES, ImportRefused, User
+from ledger.services import GENESIS_HASH, event_compute_hash, input_fingerprint
 
 
 def now():

@@ -8,8 +8,8 @@ from typing import Iterable, Iterator
 from django.db import connection, transaction
 
 from ledger.models import LedgerEvent
-import ledger.ops.portability.signing as signing
-from ledger.ops.portability.rows import IDENTITY_TYPES, SYSTEM_TYPES, row_line
+import ledger.portability.signing as signing
+from ledger.portability.rows import IDENTITY_TYPES, SYSTEM_TYPES, row_line
 from ledger.store import store
 
 FORMAT = 2

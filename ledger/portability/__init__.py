@@ -5,7 +5,7 @@ in one transaction and writes nothing unless the signature, every chain and ever
 determines hold; ``rows`` turns model rows into lines and back; ``signing`` holds the key and the HMAC.
 """
 
-from ledger.ops.portability.export import export_lines
-from ledger.ops.portability.load import ImportRefused, import_file
+from ledger.portability.export import export_lines
+from ledger.portability.load import ImportRefused, import_file
 
 __all__ = ["ImportRefused", "export_lines", "import_file"]

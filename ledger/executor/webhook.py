@@ -8,7 +8,7 @@ import json
 
 import httpx
 
-from ledger.ops.executor import Handler, HandlerConfigError, Outcome
+from ledger.executor import Handler, HandlerConfigError, Outcome
 
 
 class WebhookHandler(Handler):

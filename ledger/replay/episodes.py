@@ -26,8 +26,8 @@ from datetime import timedelta
 from django.utils import timezone
 
 from ledger.models import Run, Workflow
-from ledger.ops.replay.reference import Expected, ModelRun, ReferenceModel
-from ledger.ops.replay.world import Api, EpisodeError, World, moment
+from ledger.replay.reference import Expected, ModelRun, ReferenceModel
+from ledger.replay.world import Api, EpisodeError, World, moment
 
 STAGES = ["draft", "push", "build", "deploy", "check"]
 EFFECT_STAGES = ["push", "deploy"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django_celery_beat.schedulers import DatabaseScheduler, ModelEntry
 
-from ledger.ops.schedules import tick_slot
+from ledger.schedules import tick_slot
 
 FIRE_TASK = "ledger.tasks.workflow_fire"
 
