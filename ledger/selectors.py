@@ -315,7 +315,7 @@ def _with_last_reason(runs):
     """Annotate ``last_reason``, ``compensable`` and ``superseded_by`` (``with_superseded``).
 
     ``compensable`` mirrors ``services.compensation_plan(run) is not None`` in the same query (the
-    on-call page offers Compensate only then); tests/test_dash_oncall.py checks they agree.
+    on-call page offers Compensate only then); tests/ledger/web/test_oncall_desk.py checks they agree.
     """
     last_reason = (LedgerEvent.objects.filter(run=OuterRef("pk"), intent=OuterRef("intent"), kind="transition")
                    .order_by("-seq").values("reason_code")[:1])

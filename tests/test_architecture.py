@@ -158,7 +158,7 @@ def test_no_product_module_over_500_lines():
 
 
 def test_one_request_pipeline():
-    """Every API view is a stateboard.policy.PolicyApi (tests/test_policy_matrix.py checks each endpoint);
+    """Every API view is a stateboard.policy.PolicyApi (tests/stateboard/test_policy_matrix.py checks each endpoint);
     no module answers requests beside it (a middleware that renders API answers itself)."""
     from django.conf import settings
 

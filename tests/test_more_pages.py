@@ -14,7 +14,7 @@ from ledger.web.workflows import next_ticks
 from tests.browser.scenarios import agent_driver, escalated_run, escalation_workflow
 from tests.factories import HX, assert_queries_flat, login, make_operator, make_workflow, page_queries, texts
 from tests.knowledge.conftest import proposal
-from tests.test_run_page import long_run
+from tests.ledger.web.test_run_page import long_run
 from tests.factories import OUTSIDE_ASSET
 
 pytestmark = pytest.mark.django_db

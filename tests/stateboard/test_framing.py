@@ -103,7 +103,7 @@ def test_an_evidence_link_is_redacted_in_its_href_too():
 
 
 def _get_routes():
-    from tests.test_policy_matrix import endpoints, methods_of
+    from tests.stateboard.test_policy_matrix import endpoints, methods_of
 
     return sorted({route for route, _, view in endpoints() if "GET" in methods_of(view)})
 
@@ -112,7 +112,7 @@ def _get_routes():
 def test_every_read_answers_hostile_parameters_without_a_server_error(route):
     """Generated from the URLconf: for every GET (API and pages), a NUL in the path is 404, a NUL in a
     query parameter 400 ``invalid_filter``, huge integers and a forged cursor a 4xx — never a 5xx."""
-    from tests.test_policy_matrix import _url
+    from tests.stateboard.test_policy_matrix import _url
 
     wf = make_workflow()
     run = AgentDriver(client_for(make_agent()[1]), wf.slug).trigger()

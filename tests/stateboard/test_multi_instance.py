@@ -29,7 +29,7 @@ from ledger.schedules import periodic_tasks_ensure
 from tests.factories import make_agent, make_operator, make_workflow
 from tests.ledger.workers import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BROKER = settings.REDIS_URL
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True),
               pytest.mark.skipif(connection.vendor != "postgresql", reason="many instances share PostgreSQL")]

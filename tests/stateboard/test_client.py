@@ -13,13 +13,13 @@ from urllib.parse import urlsplit
 import pytest
 
 from stateboard.client import Client, StateboardError, StateboardUnavailable
-from tests.client_support import CRASH_INPUTS, EVIDENCE, FaultyProxy, agent_loop, effect_for, fault_once
+from tests.stateboard.client_support import CRASH_INPUTS, EVIDENCE, FaultyProxy, agent_loop, effect_for, fault_once
 from tests.knowledge.conftest import proposal
 from tests.factories import make_agent, make_operator, make_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STAGES = ["discovery", "draft", "push", "announce"]
 
 
@@ -159,7 +159,7 @@ def _read_lines(stream, lines: queue.Queue) -> None:
 def test_client_agent_killed_mid_stage_is_resumed(live_server, sb, token, crash_stage, outcome, resume_from):
     """A SIGKILLed agent leaves the run in execute; after the lease the re-trigger resumes it to completed."""
     wf = small_workflow(lease_seconds=1)
-    agent = subprocess.Popen([sys.executable, "-m", "tests.client_support", live_server.url, token, wf.slug,
+    agent = subprocess.Popen([sys.executable, "-m", "tests.stateboard.client_support", live_server.url, token, wf.slug,
                               crash_stage], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
     lines: queue.Queue = queue.Queue()

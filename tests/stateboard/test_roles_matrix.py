@@ -1,7 +1,7 @@
 """Role × endpoint matrix, generated from the URL conf: every API view under /api/v1/ (ledger,
 knowledge and whatever comes next) must state a rule for every method it implements, and the
 rule must hold for real tokens of every role. Views whose action an authorizer decides (the policy's
-``authorizer``) are checked role by role against it in tests/test_authorizers_matrix.py."""
+``authorizer``) are checked role by role against it in tests/stateboard/test_authorizers_matrix.py."""
 
 import uuid
 
@@ -135,7 +135,7 @@ def _expected(policy, role: str) -> str:
     if role == "anonymous":
         return "401"
     if policy.authorizer is not None:
-        return "authorizer"  # the role verdict is the authorizer's (tests/test_authorizers_matrix.py)
+        return "authorizer"  # the role verdict is the authorizer's (tests/stateboard/test_authorizers_matrix.py)
     return "allowed" if role in rule else "403"
 
 

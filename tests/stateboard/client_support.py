@@ -1,6 +1,6 @@
-"""For tests/test_client.py: the agent loop, an agent process to kill, and a faulty local proxy.
+"""For tests/stateboard/test_client.py: the agent loop, an agent process to kill, and a faulty local proxy.
 
-Run as ``python -m tests.client_support URL TOKEN WORKFLOW CRASH_STAGE``: an agent that triggers a
+Run as ``python -m tests.stateboard.client_support URL TOKEN WORKFLOW CRASH_STAGE``: an agent that triggers a
 run and hangs inside CRASH_STAGE (after ``started``), printing ``run <id>`` and ``in <stage>``.
 """
 

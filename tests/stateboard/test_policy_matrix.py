@@ -18,10 +18,10 @@ from ledger.models import Approval, ApiToken, AuditEntry, Checkpoint, LedgerEven
 from stateboard.policy import ANY, PUBLIC, policy_of
 from tests.factories import HX, client_for, make_agent, make_operator, make_workflow, page_client, unique
 from tests.ledger.helpers import AgentDriver
-from tests.test_authorizers_matrix import (_awaiting, _claim, _completed, _escalated, _pending, _refresh_page,
+from tests.stateboard.test_authorizers_matrix import (_awaiting, _claim, _completed, _escalated, _pending, _refresh_page,
                                            _stale_claim)
-from tests.test_page_fuzz import _state
-from tests.test_roles_matrix import _walk
+from tests.stateboard.test_page_fuzz import _state
+from tests.stateboard.test_roles_matrix import _walk
 
 pytestmark = pytest.mark.django_db
 

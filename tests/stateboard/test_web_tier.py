@@ -15,7 +15,7 @@ from django.db import connection
 
 from stateboard import webserver
 from tests.factories import make_agent, make_operator, make_workflow
-from tests.test_up import ROOT, _free_port, _wait_for
+from tests.stateboard.test_up import ROOT, _free_port, _wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -14,12 +14,12 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from ledger.models import Effect, LedgerEvent, Run
 from stateboard.client import Client
-from tests.client_support import EVIDENCE, FaultyProxy
+from tests.stateboard.client_support import EVIDENCE, FaultyProxy
 from tests.factories import make_agent, make_operator, make_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STAGES = ["discovery", "draft", "push", "announce"]
 TOOLS = ["stateboard_trigger", "stateboard_lease", "stateboard_run", "stateboard_resume_packet",
          "stateboard_event", "stateboard_request_approval", "stateboard_checkpoint", "stateboard_propose_claim"]

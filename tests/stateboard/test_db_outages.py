@@ -17,7 +17,7 @@ from django.test import Client
 from stateboard.settings import database_config
 from tests.factories import client_for, make_agent, make_workflow
 from tests.ledger.workers import BROKER, ROOT, wait_until
-from tests.outage_servers import OwnPostgres, _pg_bin
+from tests.stateboard.outage_servers import OwnPostgres, _pg_bin
 
 DB = "stateboard"
 

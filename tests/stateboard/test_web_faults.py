@@ -15,7 +15,7 @@ from django.db import connection, connections
 from ledger.models import LedgerEvent, Run
 from stateboard.waits import LEASE_PATH
 from tests.factories import client_for, make_agent, make_operator, make_workflow, unique
-from tests.test_web_tier import _call, server  # noqa: F401  (the granian fixture of this test process)
+from tests.stateboard.test_web_tier import _call, server  # noqa: F401  (the granian fixture of this test process)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -8,7 +8,7 @@ from django.test import override_settings
 
 from stateboard import limits
 from tests.factories import client_for, login, make_agent
-from tests.outage_servers import OwnRedis
+from tests.stateboard.outage_servers import OwnRedis
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from stateboard import webserver
-from tests.test_up import ROOT, _children, _free_port, _running, _wait_for
+from tests.stateboard.test_up import ROOT, _children, _free_port, _running, _wait_for
 
 
 def test_the_command_is_granian_unless_told_otherwise(monkeypatch):

@@ -19,7 +19,7 @@ from tests.factories import client_for, make_agent, make_workflow
 from tests.knowledge.conftest import proposal
 from tests.ledger.helpers import EVIDENCE, AgentDriver
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = SchemaGenerator().get_schema(request=None, public=True)
 COMPONENTS = SCHEMA["components"]["schemas"]
 OPERATIONS = [(method.upper(), path, op) for path, ops in SCHEMA["paths"].items() for method, op in ops.items()]

@@ -249,7 +249,7 @@ def test_authorizers_matrix_covers_every_authorizer():
 
 def test_authorizers_matrix_every_authorizer_backs_an_endpoint():
     """Each authorizer is the rule of at least one endpoint's policy (an API view or a page), so none is dead."""
-    from tests.test_policy_matrix import declared, endpoints, methods_of
+    from tests.stateboard.test_policy_matrix import declared, endpoints, methods_of
 
     used = {getattr(declared(view, method), "authorizer", None) for _, _, view in endpoints()
             for method in methods_of(view)}
