@@ -7,6 +7,8 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
 from knowledge import selectors, services
+from knowledge.models import Claim
+from tests.factories import client_for, make_agent, make_operator
 from tests.knowledge.conftest import iso, proposal
 
 pytestmark = pytest.mark.django_db
@@ -316,7 +318,7 @@ def test_claim_views_declare_roles_for_every_method():
 def test_reconcile_refuses_an_over_long_key_without_writing():
     """A malformed snapshot entry is a 422 listing the entry, never a 500."""
     from knowledge.models import ClaimHead
-    from tests.factories import client_for, make_agent
+    from tests.factories import client_for
 
     _, token = make_agent()
     response = client_for(token).post("/api/v1/knowledge/reconcile/",
@@ -336,3 +338,25 @@ def test_claim_propose_with_a_key_too_long_is_rejected_and_logged(agent):
     assert response.json()["code"] == "write_gate_rejected"
     decision = GateDecision.objects.get(outcome="rejected")
     assert (decision.key, decision.payload["key"]) == (key[:300], key)
+
+
+@pytest.mark.parametrize("field,value", [("sensitivity", {"a": 1}), ("sensitivity", ["sensitive"]),
+                                         ("confidence", {"x": 1}), ("source_type", [1]), ("sensitivity", 5)])
+def test_claim_propose_wrong_types_are_rejected_with_reasons(field, value):
+    """A proposal field of the wrong type is 422 ``write_gate_rejected`` naming the field, never a 500."""
+    _, token = make_operator("owner")
+    response = client_for(token).post("/api/v1/claims/", proposal(**{field: value}), format="json")
+    assert response.status_code == 422, response.content
+    assert response.json()["code"] == "write_gate_rejected"
+    assert field in {r["field"] for r in response.json()["reasons"]}
+    assert not Claim.objects.exists()
+
+
+def test_claim_times_with_a_large_offset_are_stored_in_utc():
+    """``observed_at`` with a +20:58 offset (PostgreSQL refuses offsets past ±15:59) is kept as UTC."""
+    _, token = make_operator("owner")
+    now = timezone.now()
+    observed = (now - timedelta(hours=2)).astimezone(timezone.get_fixed_timezone(20 * 60 + 58))
+    response = client_for(token).post("/api/v1/claims/", proposal(observed_at=observed.isoformat()), format="json")
+    assert response.status_code == 201, response.content
+    assert Claim.objects.get().observed_at == observed

@@ -1,5 +1,6 @@
 """SPEC §7 metrics: figures without data are left out of /metrics, the text parses, latency is measured."""
 
+
 import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
@@ -93,3 +94,21 @@ def test_duplicate_metric_counts_a_second_execution_only_without_proof_of_absenc
         input_fingerprint=run["input_fingerprint"], policy_version="1", idempotency_key=last["idempotency_key"],
         hash="0" * 64)
     assert selectors.metrics(workflow_slug=wf.slug)["duplicate_side_effects"] == 1
+
+
+@pytest.mark.django_db
+def test_metrics_since_with_a_large_offset_is_not_a_server_error(fleet):
+    driver, *_ = fleet
+    response = driver.client.get("/api/v1/metrics/", {"since": "2026-01-01T00:00:00+20:58"})
+    assert response.status_code == 200 and response.json()["since"] == "2025-12-31T03:02:00+00:00"
+    bad = driver.client.get("/api/v1/metrics/", {"since": "9999-12-31T23:59:59-20:58"})
+    assert bad.status_code == 422 and bad.json()["code"] == "validation_error"
+
+
+@pytest.mark.django_db
+def test_prometheus_leaves_out_a_figure_with_no_data(client):
+    """No claim proposal yet: the write-gate rejection rate is left out, never written as ``None``."""
+    text = client.get("/metrics").content.decode()
+    assert "None" not in text and "nan" not in text.lower()
+    assert "stateboard_write_gate_rejection_rate" not in text
+    assert "stateboard_open_approvals 0" in text

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from django.contrib.auth import get_user_model
 from django.contrib.staticfiles import finders
 from django.core.management import call_command
+from django.test import Client
 from drf_spectacular.drainage import GENERATOR_STATS
 from drf_spectacular.generators import SchemaGenerator
 
 from ledger.api.components import AGENT_EVENT_KINDS
-from tests.factories import client_for, make_agent, make_workflow
+from tests.factories import OUTSIDE_ASSET, client_for, make_agent, make_workflow, texts
 from tests.knowledge.conftest import proposal
 from tests.ledger.helpers import EVIDENCE, AgentDriver
 
@@ -204,3 +206,16 @@ def test_schema_docs_page_loads_nothing_from_outside(client):
     assert schema.status_code == 200
     info = schema.json()["info"]
     assert "Authorization: Token" in info["description"] and info["version"]
+
+
+@pytest.mark.django_db
+def test_the_api_docs_lead_back_and_admin_names_read_right(settings):
+    docs = Client().get("/api/v1/docs/")
+    html = texts(docs)
+    assert docs.status_code == 200 and 'href="/" data-back' in html and not OUTSIDE_ASSET.search(html)
+    admin = get_user_model().objects.create_superuser("root-admin", password="pw")
+    browser = Client()
+    browser.force_login(admin)
+    index = texts(browser.get("/admin/"))
+    assert "Audit entries" in index and "API tokens" in index and "entrys" not in index and "Api tokens" not in index
+    assert 'rel="icon"' in index and "favicon.svg" in index

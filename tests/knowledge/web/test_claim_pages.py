@@ -9,7 +9,16 @@ from django.utils import timezone
 from knowledge import services
 from knowledge.models import Claim, ClaimHead
 from ledger.models import AuditEntry
-from tests.factories import HX, assert_queries_flat, login, make_agent, make_operator, page_client, texts
+from tests.factories import (
+    HX,
+    assert_queries_flat,
+    login,
+    make_agent,
+    make_operator,
+    page_client,
+    page_queries,
+    texts,
+)
 from tests.knowledge.conftest import iso, proposal
 
 pytestmark = pytest.mark.django_db
@@ -273,3 +282,51 @@ def test_history_htmx_returns_the_versions_partial_and_unknown_key_is_404(queues
     html = texts(client.get(reverse("knowledge:claim_history", args=[stale.key]), **HX)).strip()
     assert html.startswith('<div id="claim-versions"') and "<html" not in html
     assert client.get(reverse("knowledge:claim_history", args=["no/such-key"])).status_code == 404
+
+
+def test_claims_page_lists_current_claims_with_badges_search_and_scope():
+    owner, user = login("owner")
+    fact = services.claim_propose(user=user, data=proposal(statement="Billing times out at 30 s."))
+    other = services.claim_propose(user=user, data=proposal(
+        statement="Search is slow.", scope={"system": "search", "version": "1", "task": "perf"}))
+    for extra in ({}, HX):
+        html = texts(owner.get(reverse("knowledge:claim_list"), **extra))
+        assert f'data-claim="{fact.key}"' in html and f'data-claim="{other.key}"' in html
+        assert 'data-use-as="fact"' in html and reverse("knowledge:claim_history", args=[fact.key]) in html
+    assert "<html" not in texts(owner.get(reverse("knowledge:claim_list"), **HX))
+    by_scope = texts(owner.get(reverse("knowledge:claim_list"), {"system": "search"}, **HX))
+    assert other.key in by_scope and fact.key not in by_scope
+    by_text = texts(owner.get(reverse("knowledge:claim_list"), {"q": "times out"}, **HX))
+    assert fact.key in by_text and other.key not in by_text
+    menu = texts(owner.get(reverse("dashboard")))
+    assert f'href="{reverse("knowledge:claim_list")}"' in menu and f'href="{reverse("knowledge:claim_review")}"' in menu
+
+
+def test_claims_page_query_count_is_constant_in_claims():
+    owner, user = login("owner")
+    for _ in range(2):
+        services.claim_propose(user=user, data=proposal())
+    few = page_queries(owner, reverse("knowledge:claim_list"))
+    for _ in range(8):
+        services.claim_propose(user=user, data=proposal())
+    assert page_queries(owner, reverse("knowledge:claim_list")) == few
+
+
+def test_claims_page_hides_sensitive_claims_from_viewers():
+    owner, user = login("owner")
+    secret = services.claim_propose(user=user, data=proposal(
+        sensitivity="sensitive", retention_until=(timezone.now() + timedelta(days=60)).isoformat()))
+    viewer, _ = login("viewer")
+    assert secret.key in texts(owner.get(reverse("knowledge:claim_list")))
+    assert secret.key not in texts(viewer.get(reverse("knowledge:claim_list")))
+
+
+def test_claim_refresh_form_has_sensible_defaults():
+    owner, user = login("owner")
+    services.claim_propose(user=user, now=timezone.now() - timedelta(days=30), data=proposal(
+        observed_at=(timezone.now() - timedelta(days=31)).isoformat(),
+        refresh_after=(timezone.now() - timedelta(days=1)).isoformat()))
+    html = texts(owner.get(reverse("knowledge:claim_review")))
+    today = timezone.now()
+    assert f'name="observed_at" value="{today:%Y-%m-%d}' in html
+    assert f'name="refresh_after" value="{today + timedelta(days=30):%Y-%m-%d}' in html

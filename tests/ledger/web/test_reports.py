@@ -14,8 +14,19 @@ from django.utils import timezone
 from ledger import reports, selectors, services
 from ledger.models import Approval, LedgerEvent, ReportRollup, Run
 from stateboard.stats import percentile
-from tests.factories import HX, assert_queries_flat, client_for, login, make_agent, make_workflow, page_queries, texts
+from tests.factories import (
+    HX,
+    OUTSIDE_ASSET,
+    assert_queries_flat,
+    client_for,
+    login,
+    make_agent,
+    make_workflow,
+    page_queries,
+    texts,
+)
 from tests.ledger.helpers import AgentDriver
+from tests.ledger.web.test_run_page import long_run
 
 pytestmark = pytest.mark.django_db
 
@@ -210,3 +221,37 @@ def test_reports_page_counts_a_run_through_the_api_in_the_live_hour(django_captu
     assert not ReportRollup.objects.exists()
     figures, _ = _window_figures("24h")
     assert figures[wf.id]["runs"] == 1 and figures[wf.id]["trigger_to_decision_samples"] == 1
+
+
+def test_reports_page_draws_charts_per_workflow_with_a_window():
+    _, run = long_run(2, "r")
+    viewer, _ = login("viewer")
+    for window in ("24h", "7d", "30d"):
+        for extra in ({}, HX):
+            html = texts(viewer.get(reverse("ledger:reports"), {"window": window}, **extra))
+            assert f'data-window="{window}"' in html and 'class="bar"' in html and "<svg" in html
+            assert "P95 trigger → decision" in html and "Duplicate side-effect rate" in html
+    html = texts(viewer.get(reverse("ledger:reports")))
+    assert 'href="/metrics"' in html and 'href="/api/v1/metrics/"' in html
+    assert not OUTSIDE_ASSET.search(html) and "<script>" not in html
+
+
+def test_reports_query_count_is_constant_in_runs():
+    viewer, _ = login("viewer")
+    wf = make_workflow()
+    for n in range(2):
+        services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=f"m-{n}")
+    few = page_queries(viewer, reverse("ledger:reports"))
+    for n in range(2, 10):
+        services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=f"m-{n}")
+    assert page_queries(viewer, reverse("ledger:reports")) == few
+
+
+def test_reports_query_count_is_constant_in_workflows():
+    viewer, _ = login("viewer")
+
+    def add_workflow(n):
+        wf = make_workflow()
+        services.run_trigger(workflow_slug=wf.slug, inputs={}, intent=f"w-{n}")
+
+    assert_queries_flat(viewer, reverse("ledger:reports"), add_workflow, rows=6)
