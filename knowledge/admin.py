@@ -1,8 +1,7 @@
 from django.contrib import admin
 
-from stateboard.admin import ReadOnlyAdmin
-
 from knowledge.models import Claim, ClaimCitation, ClaimHead, GateDecision
+from stateboard.admin import ReadOnlyAdmin
 
 
 @admin.register(Claim)

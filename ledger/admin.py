@@ -1,12 +1,10 @@
 from django.contrib import admin, messages
 from django.utils.html import format_html
 
+from ledger.auth import token_revoke
+from ledger.models import Agent, ApiToken, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
 from stateboard.admin import ReadOnlyAdmin
 from stateboard.redact import redact, redact_json
-
-from ledger.models import Agent, ApiToken, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
-from ledger.auth import token_revoke
-from ledger.services import POLICY_FIELDS
 
 
 def redacted(*fields: str):

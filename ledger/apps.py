@@ -7,12 +7,14 @@ class LedgerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from ledger import services  # (b) the app registry is not ready when apps.py loads
-        from ledger import tasks  # noqa: F401  (registers the tasks in every process: the outbox sends them by name)
+        from ledger import (
+            services,  # (b) the app registry is not ready when apps.py loads
+            tasks,  # noqa: F401  (registers the tasks in every process: the outbox sends them by name)
+        )
         from ledger.api import openapi  # noqa: F401  (registers the OpenAPI auth extension)
         from ledger.api.common import refusal_record  # (b)
-        from stateboard import policy, waits  # (b)
         from ledger.models.keys import sqlite_run_key_triggers_install  # (b)
+        from stateboard import policy, waits  # (b)
         from stateboard.db import partition_guards_install, sqlite_guards_install  # (b)
 
         post_migrate.connect(sqlite_guards_install, dispatch_uid="stateboard.sqlite_guards")

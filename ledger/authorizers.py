@@ -7,8 +7,17 @@ and has the last word. The role vocabulary is ``stateboard.roles``.
 
 from ledger.models import Approval
 from stateboard.errors import Invalid, Refused
-from stateboard.roles import (AGENT, EDITOR, HUMAN_ROLES, ONCALL, OWNER, has_role, only_roles_may, require_person,
-                              require_role)
+from stateboard.roles import (
+    AGENT,
+    EDITOR,
+    HUMAN_ROLES,
+    ONCALL,
+    OWNER,
+    has_role,
+    only_roles_may,
+    require_person,
+    require_role,
+)
 
 ONCALL_ROLES = (ONCALL,)
 TRIGGER_ROLES = (AGENT, EDITOR, OWNER, ONCALL)

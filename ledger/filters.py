@@ -15,8 +15,8 @@ from django.db.models import Q
 from django_filters.rest_framework import DjangoFilterBackend
 
 from ledger.models import Run, RunState, Workflow
-from stateboard.moments import parse_moment
 from stateboard.errors import DomainError
+from stateboard.moments import parse_moment
 
 _HEX_PREFIX = re.compile(r"^[0-9a-f-]{1,36}$")
 

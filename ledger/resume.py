@@ -18,9 +18,9 @@ from django.utils import timezone
 
 from knowledge import selectors as knowledge_selectors
 from knowledge import services as knowledge_services
+from ledger import selectors
 from ledger.domain import effects, recovery
 from ledger.models import Effect, Goal, Run
-from ledger import selectors
 from ledger.selectors import checkpoint_latest
 from stateboard.errors import Invalid
 from stateboard.roles import actor_for

@@ -17,7 +17,6 @@ from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema, inline_serializer
 from rest_framework import serializers
 
-
 # ---------------------------------------------------------------- errors
 
 class ErrorSerializer(serializers.Serializer):

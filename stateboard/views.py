@@ -12,7 +12,6 @@ from redis.retry import Retry
 from stateboard.celery import app
 from stateboard.limits import limiter_status, rate_limits
 
-
 HEALTH_DATABASE_TIMEOUT = 3  # seconds: a database that does not answer is reported, not waited for
 
 

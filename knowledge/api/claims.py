@@ -7,9 +7,15 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from knowledge import authorizers, selectors, services
+from knowledge.api.components import (
+    OPS,
+    ClaimDetailSerializer,
+    ClaimProposalSerializer,
+    ClaimRefreshSerializer,
+    ReconcileResultSerializer,
+    ReconcileSerializer,
+)
 from knowledge.models import Claim
-from knowledge.api.components import (OPS, ClaimDetailSerializer, ClaimProposalSerializer, ClaimRefreshSerializer,
-                                         ReconcileResultSerializer, ReconcileSerializer)
 from stateboard.errors import NotFound
 from stateboard.openapi import operation, page_of
 from stateboard.policy import ANY, Policy, PolicyApi

@@ -7,12 +7,12 @@ few statements between their INSERT and COMMIT. versions (heads, store versions,
 decisions) < claims, tombstones, reconcile, citations; packets (what resume packets served) stands alone.
 """
 
+from knowledge.services.citations import claim_citations_record
 from knowledge.services.claims import claim_accept, claim_propose, claim_refresh
+from knowledge.services.packets import packet_served_record
 from knowledge.services.reconcile import knowledge_reconcile
 from knowledge.services.tombstones import claim_invalidate, claim_revoke, tombstones_append, tombstones_gc
 from knowledge.services.versions import WriteGateRejected, store_versions_reserve
-from knowledge.services.citations import claim_citations_record
-from knowledge.services.packets import packet_served_record
 from stateboard.errors import Conflict, Invalid, NotFound
 
 __all__ = [

@@ -6,13 +6,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from knowledge.models import (
-    EFFECTIVE_STATUSES,
-    Claim,
-    ClaimCitation,
-    ClaimHead,
-    ClaimStatus,
-)
+from knowledge.models import EFFECTIVE_STATUSES, Claim, ClaimCitation, ClaimHead, ClaimStatus
 
 # ---------------------------------------------------------------------------------------------
 # citations (called by the ledger when an event's evidence cites claim:<key>[@<version>])

@@ -9,13 +9,20 @@ from django.utils import timezone
 
 from knowledge import authorizers
 from knowledge.domain import actions, gate
-from knowledge.models import (
-    Claim,
-    ClaimStatus,
+from knowledge.models import Claim, ClaimStatus
+from knowledge.services.versions import (
+    REFRESH_FIELDS,
+    WriteGateRejected,
+    append,
+    as_proposal,
+    content_fields,
+    copy_content,
+    decision_record,
+    gate_context,
+    head_for_update,
+    reject_recorded,
+    resolve_owner_id,
 )
-from knowledge.services.versions import (REFRESH_FIELDS, WriteGateRejected, append, as_proposal, content_fields,
-                                         copy_content, decision_record, gate_context, head_for_update,
-                                         reject_recorded, resolve_owner_id)
 from stateboard.errors import Conflict, NotFound
 from stateboard.roles import actor_for
 

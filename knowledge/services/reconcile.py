@@ -9,14 +9,20 @@ from django.db import transaction
 from django.utils import timezone
 
 from knowledge import authorizers
-from knowledge.domain import gate
 from knowledge import selectors as knowledge_selectors
-from knowledge.models import (
-    GateDecision,
+from knowledge.domain import gate
+from knowledge.models import GateDecision
+from knowledge.services.versions import (
+    KEY_MAX_LENGTH,
+    SNAPSHOT_ONLY_FIELDS,
+    append_many,
+    content_fields,
+    gate_context,
+    gate_decision,
+    heads_for_update,
+    key_state,
+    resolve_owner_id,
 )
-from knowledge.services.versions import (KEY_MAX_LENGTH, SNAPSHOT_ONLY_FIELDS, append_many, content_fields,
-                                         gate_context, gate_decision, heads_for_update, key_state,
-                                         resolve_owner_id)
 from stateboard.errors import Invalid
 from stateboard.roles import actor_for
 

@@ -10,14 +10,7 @@ from django.utils import timezone
 
 from knowledge import authorizers, ports
 from knowledge.domain import actions
-from knowledge.models import (
-    TOMBSTONE_STATUSES,
-    Claim,
-    ClaimDerivation,
-    ClaimHead,
-    ClaimReview,
-    ClaimStatus,
-)
+from knowledge.models import TOMBSTONE_STATUSES, Claim, ClaimDerivation, ClaimHead, ClaimReview, ClaimStatus
 from knowledge.services.versions import append_many, head_for_update, heads_for_update, latest_version
 from stateboard.db import guard_lifted
 from stateboard.errors import Conflict, Invalid, NotFound

@@ -24,11 +24,11 @@ from django_htmx.http import trigger_client_event
 
 from knowledge import authorizers, selectors, services
 from knowledge.domain import actions
-from knowledge.web.forms import AcceptForm, RefreshForm, TombstoneForm
 from knowledge.models import ClaimReview
+from knowledge.web.forms import AcceptForm, RefreshForm, TombstoneForm
 from stateboard.errors import Invalid
-from stateboard.roles import allowed
 from stateboard.policy import ANY, NOTIFICATIONS_CHANGED, Policy, page, safe_next
+from stateboard.roles import allowed
 
 ROWS_PER_SECTION = 200
 REFRESH_AFTER_DEFAULT = timedelta(days=30)

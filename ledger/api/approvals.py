@@ -6,14 +6,21 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from ledger import authorizers, selectors, services
-from ledger.api.common import (NewestFirstCursor, PolicyListApi, ReasonInputSerializer, agents_of_run,
-                               approval_of_path, body_of, validated)
+from ledger.api.common import (
+    NewestFirstCursor,
+    PolicyListApi,
+    ReasonInputSerializer,
+    agents_of_run,
+    approval_of_path,
+    body_of,
+    validated,
+)
 from ledger.api.components import ApprovalRequestSerializer
-from stateboard.openapi import operation
 from ledger.api.operations import OPS
 from ledger.api.shapes import ApprovalOutputSerializer
 from ledger.filters import StrictFilterBackend
 from ledger.models import Approval
+from stateboard.openapi import operation
 from stateboard.policy import ANY, Policy, PolicyApi
 from stateboard.roles import actor_for
 

@@ -6,10 +6,10 @@ from rest_framework.response import Response
 from ledger import authorizers, selectors, services
 from ledger.api.common import agents_of_run, body_of, run_get, run_intent_of
 from ledger.api.components import CheckpointPayloadSerializer, CheckpointSerializer
-from stateboard.openapi import operation
 from ledger.api.operations import OPS
 from ledger.api.shapes import checkpoint_body
 from stateboard.errors import NotFound
+from stateboard.openapi import operation
 from stateboard.policy import ANY, Policy, PolicyApi
 from stateboard.roles import actor_for
 

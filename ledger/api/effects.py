@@ -7,12 +7,12 @@ from rest_framework.response import Response
 from ledger import selectors, services
 from ledger.api.common import NewestFirstCursor, PolicyListApi
 from ledger.api.components import METRICS
-from stateboard.openapi import operation
 from ledger.api.operations import OPS
 from ledger.api.shapes import EffectOutputSerializer
 from ledger.filters import StrictFilterBackend
 from ledger.models import Effect
 from stateboard.errors import Invalid
+from stateboard.openapi import operation
 from stateboard.policy import ANY, Policy, PolicyApi
 
 

@@ -7,9 +7,9 @@ from rest_framework.response import Response
 from ledger import authorizers, selectors, services
 from ledger.api.common import PolicyListApi, SeqCursor, agents_of_run, json_object, run_get, run_peek_of
 from ledger.api.components import EVENT_INPUT_OR_BATCH
-from stateboard.openapi import one_or_many, operation
 from ledger.api.operations import OPS
 from ledger.api.shapes import EventOutputSerializer, event_body
+from stateboard.openapi import one_or_many, operation
 from stateboard.policy import ANY, Policy
 from stateboard.roles import actor_for
 

@@ -6,10 +6,10 @@ from rest_framework.response import Response
 
 from ledger import authorizers, services
 from ledger.api.common import agents_of_slug, body_of
-from stateboard.openapi import operation, page_of
 from ledger.api.operations import OPS
 from ledger.models import Goal, Workflow
 from stateboard.errors import Invalid, NotFound
+from stateboard.openapi import operation, page_of
 from stateboard.policy import ANY, Policy, PolicyApi
 
 

@@ -7,9 +7,9 @@ from rest_framework.response import Response
 
 from ledger import selectors, services
 from ledger.api.common import NewestFirstCursor, PolicyListApi
-from stateboard.openapi import operation
 from ledger.api.operations import OPS
 from ledger.models import Notification
+from stateboard.openapi import operation
 from stateboard.policy import ANY, Policy, PolicyApi
 
 

@@ -5,9 +5,9 @@ from rest_framework.response import Response
 
 from ledger import authorizers, services
 from ledger.api.common import ReasonInputSerializer, body_of, run_of_path, validated
-from stateboard.openapi import operation
 from ledger.api.operations import OPS
 from ledger.api.shapes import ApprovalOutputSerializer, RunOutputSerializer, run_body
+from stateboard.openapi import operation
 from stateboard.policy import ANY, Policy, PolicyApi
 
 

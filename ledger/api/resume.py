@@ -8,10 +8,10 @@ from rest_framework.response import Response
 
 from ledger import resume, selectors
 from ledger.api.components import ResumePacketSerializer
-from ledger.models import Run
-from stateboard.openapi import operation
 from ledger.api.operations import OPS
+from ledger.models import Run
 from stateboard.errors import Invalid, NotFound
+from stateboard.openapi import operation
 from stateboard.policy import ANY, Policy, PolicyApi
 
 

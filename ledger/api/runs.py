@@ -7,18 +7,26 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from ledger import authorizers, selectors, services
-from ledger.api.common import (NewestFirstCursor, PolicyListApi, agents_of_body_workflow, agents_of_lease, body_of,
-                               lease_workflows_of, run_get, validated)
+from ledger.api.common import (
+    NewestFirstCursor,
+    PolicyListApi,
+    agents_of_body_workflow,
+    agents_of_lease,
+    body_of,
+    lease_workflows_of,
+    run_get,
+    validated,
+)
 from ledger.api.components import ChainReportSerializer
-from stateboard.openapi import operation
 from ledger.api.operations import OPS
 from ledger.api.shapes import RunDetailOutputSerializer, RunOutputSerializer, run_body
 from ledger.filters import RunFilter, StrictFilterBackend
 from ledger.models import Run, Trigger
 from stateboard.errors import NotFound
-from stateboard.waits import GRANT_HEADER, WAIT_HEADER, WAITS_OUTSIDE
+from stateboard.openapi import operation
 from stateboard.policy import ANY, Policy, PolicyApi
 from stateboard.roles import AGENT, actor_for, has_role
+from stateboard.waits import GRANT_HEADER, WAIT_HEADER, WAITS_OUTSIDE
 
 
 class RunTriggerInputSerializer(serializers.Serializer):

@@ -7,8 +7,8 @@ from datetime import timezone as dt_timezone
 from django.utils import timezone
 from rest_framework import serializers
 
-from ledger.models import Approval, Effect, LedgerEvent, Run, Workflow
 from ledger.authorizers import sees_executors
+from ledger.models import Approval, Effect, LedgerEvent, Run, Workflow
 
 
 class WorkflowOutputSerializer(serializers.ModelSerializer):

@@ -1,6 +1,18 @@
 from django.urls import path
 
-from ledger.api import alerts, approvals, checkpoints, effects, events, goals, notifications, oncall, resume, runs, workflows
+from ledger.api import (
+    alerts,
+    approvals,
+    checkpoints,
+    effects,
+    events,
+    goals,
+    notifications,
+    oncall,
+    resume,
+    runs,
+    workflows,
+)
 
 urlpatterns = [
     path("workflows/", workflows.WorkflowListCreateApi.as_view(), name="workflow_list"),

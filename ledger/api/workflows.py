@@ -5,12 +5,13 @@ from rest_framework.response import Response
 
 from ledger import authorizers, services
 from ledger.api.common import body_of, validated
-from stateboard.openapi import operation, page_of
 from ledger.api.operations import OPS
 from ledger.api.shapes import WorkflowOutputSerializer
 from ledger.models import Workflow
 from stateboard.errors import Invalid, NotFound
+from stateboard.openapi import operation, page_of
 from stateboard.policy import ANY, Policy, PolicyApi
+
 
 def _edit(action: str, **more) -> Policy:
     return Policy(roles=ANY, authorizer=authorizers.may_edit_workflow, audit=action, **more)

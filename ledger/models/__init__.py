@@ -48,7 +48,8 @@ OPS_MODELS = (Notification, Outbox, ReplayEval, SavedView, ReportRollup)
 __all__ = [
     "DEFAULT_APPROVAL_STAGES", "DEFAULT_EFFECT_STAGES", "DEFAULT_STAGES", "GOAL_MODELS", "HOLDING_STATES",
     "LEASED_STATES", "OPS_MODELS", "STAGE_OUTCOME_KINDS", "TERMINAL_STATES",
-    "Agent", "Alert", "AlertChange", "AlertSilence", "ApiToken", "Approval", "AuditEntry", "Checkpoint", "Effect", "EffectKey", "EffectStatus", "EventKind", "Goal",
+    "Agent", "Alert", "AlertChange", "AlertSilence", "ApiToken", "Approval", "AuditEntry", "Checkpoint", "Effect",
+    "EffectKey", "EffectStatus", "EventKind", "Goal",
     "LedgerEvent", "Notification", "Outbox", "ReplayEval", "ReportRollup", "Run", "RunKey", "RunState", "SavedView",
     "SlackIdentity", "SlackSignature", "StageGeneration", "Trigger", "Workflow", "append_only_triggers",
     "default_approval_stages", "default_effect_stages", "default_stages",

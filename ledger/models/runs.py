@@ -8,10 +8,10 @@ from django.conf import settings
 from django.db import models
 from django.db.models import JSONField, Q, Value
 
-from stateboard.db import NoTruncate
-from stateboard.db import append_only_triggers as shared_append_only_triggers
 from ledger.domain.kinds import EventKind
 from ledger.domain.machine import HOLDING_STATES, ONCALL_ACTIONS, ONCALL_STATES, TERMINAL_STATES, RunState
+from stateboard.db import NoTruncate
+from stateboard.db import append_only_triggers as shared_append_only_triggers
 
 DEFAULT_STAGES = ["discovery", "assessment", "draft", "build", "commit", "push", "deploy", "verify"]
 DEFAULT_EFFECT_STAGES = ["commit", "push", "deploy"]

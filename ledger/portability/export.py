@@ -7,8 +7,8 @@ from typing import Iterable, Iterator
 
 from django.db import connection, transaction
 
-from ledger.models import LedgerEvent
 import ledger.portability.signing as signing
+from ledger.models import LedgerEvent
 from ledger.portability.rows import IDENTITY_TYPES, SYSTEM_TYPES, row_line
 from ledger.store import store
 

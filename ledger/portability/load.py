@@ -15,13 +15,21 @@ from collections import defaultdict
 from django.core.management.color import no_style
 from django.db import DataError, IntegrityError, connection, transaction
 
-from knowledge.models import Claim
-from ledger.models import AuditEntry, EffectKey, Goal, Run, SavedView, Workflow
 import ledger.portability.checks as checks
 import ledger.portability.signing as signing
+from knowledge.models import Claim
+from ledger.models import AuditEntry, EffectKey, Goal, Run, SavedView, Workflow
 from ledger.portability.export import FORMAT
-from ledger.portability.rows import (IDENTITY_TYPES, SYSTEM_TYPES, TYPES, ImportRefused, LineInvalid, User,
-                                        roles_set, row_from_line)
+from ledger.portability.rows import (
+    IDENTITY_TYPES,
+    SYSTEM_TYPES,
+    TYPES,
+    ImportRefused,
+    LineInvalid,
+    User,
+    roles_set,
+    row_from_line,
+)
 from ledger.services import audit_record
 
 

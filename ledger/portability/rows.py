@@ -12,10 +12,23 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxLengthValidator, MaxValueValidator, MinValueValidator
 from django.db import models
 
-from knowledge.models import (Claim, ClaimCitation, ClaimDerivation, ClaimHead, ClaimReview, GateDecision,
-                              StoreCounter)
-from ledger.models import (Agent, ApiToken, Approval, AuditEntry, Checkpoint, Effect, Goal, LedgerEvent,
-                           ReplayEval, Run, SavedView, SlackIdentity, StageGeneration, Workflow)
+from knowledge.models import Claim, ClaimCitation, ClaimDerivation, ClaimHead, ClaimReview, GateDecision, StoreCounter
+from ledger.models import (
+    Agent,
+    ApiToken,
+    Approval,
+    AuditEntry,
+    Checkpoint,
+    Effect,
+    Goal,
+    LedgerEvent,
+    ReplayEval,
+    Run,
+    SavedView,
+    SlackIdentity,
+    StageGeneration,
+    Workflow,
+)
 
 User = get_user_model()
 

@@ -21,8 +21,16 @@ from django.utils import timezone
 from ledger import authorizers
 from ledger.models import AuditEntry, Workflow
 from ledger.services.audit import audit_record
-from ledger.services.workflows import (WRITABLE, definition_shape, policy_bump_audit, policy_version_require,
-                                       schedules_sync, workflow_build, workflow_insert, workflow_validate)
+from ledger.services.workflows import (
+    WRITABLE,
+    definition_shape,
+    policy_bump_audit,
+    policy_version_require,
+    schedules_sync,
+    workflow_build,
+    workflow_insert,
+    workflow_validate,
+)
 from stateboard.canonical import canonical_json, jsonb_float
 from stateboard.errors import DomainError, Invalid, ParseFailed, decode_json_body
 from stateboard.roles import OWNER, actor_for, has_role

@@ -8,18 +8,25 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from ledger.domain import recovery
 from ledger import authorizers
+from ledger.domain import recovery
 from ledger.models import Approval, EventKind, LedgerEvent, Run
 from ledger.services.notifications import approval_notify
 from ledger.services.oncall import run_abandon, run_retry
 from ledger.services.outbox import EXECUTOR_TASK, outbox_put
-from ledger.services.writer import (EXECUTOR, RunWriter, illegal, lease_require, run_lock, stage_status, workflow_and_run_lock,
-                                    workflow_spec)
+from ledger.services.writer import (
+    EXECUTOR,
+    RunWriter,
+    illegal,
+    lease_require,
+    run_lock,
+    stage_status,
+    workflow_and_run_lock,
+    workflow_spec,
+)
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, Invalid, NotFound
 from stateboard.roles import acting_role, actor_for
-
 
 ACTION_FIELDS = ("system", "operation", "target", "summary")
 

@@ -16,7 +16,6 @@ from ledger.services.writer import RunWriter, run_lock
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, DomainError, Invalid
 
-
 BATCH_MAX = 100
 
 

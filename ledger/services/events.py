@@ -13,21 +13,30 @@ from knowledge import services as knowledge_services
 from ledger import selectors
 from ledger.domain import effects, recovery
 from ledger.models import TERMINAL_STATES, Approval, Effect, EffectKey, LedgerEvent, Run
-from ledger.services.bodies import (client_event_id_check, validate_effect, validate_event_body,
-                                     validate_evidence)
 from ledger.services.approvals import action_validate, permit_find, permit_spend
+from ledger.services.bodies import client_event_id_check, validate_effect, validate_event_body, validate_evidence
 from ledger.services.checkpoints import server_checkpoint
 from ledger.services.goals import goal_catch_up
 from ledger.services.handoff import executor_handoff
 from ledger.services.rollback import compensation_done, compensation_scope
 from ledger.services.versions import stage_generation
+from ledger.services.writer import (
+    EXECUTOR,
+    RunWriter,
+    effect_key_default,
+    effect_key_given,
+    holds,
+    illegal,
+    lease_fail,
+    lease_lapse,
+    lease_require,
+    run_spec,
+    run_uuid_of,
+    stage_status,
+)
 from ledger.store import StatementRefused, statements_refused, store
-from ledger.services.writer import (EXECUTOR, RunWriter, effect_key_default, effect_key_given, illegal,
-                                    lease_fail, lease_lapse, holds, lease_require,
-                                    run_spec, run_uuid_of, stage_status)
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, DomainError, Invalid, NotFound
-
 
 # ---------------------------------------------------------------- events
 

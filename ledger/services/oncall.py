@@ -14,8 +14,13 @@ from ledger.services.audit import refusal_audit
 from ledger.services.escalations import approvals_void, escalation_close
 from ledger.services.goals import goal_fingerprint, goal_latest_adopt, goal_newer
 from ledger.services.notifications import approval_notify
-from ledger.services.runs import (dead_leases_expire, decision_apply, holding_runs, recovery_input_gather,
-                                  workflow_active_require)
+from ledger.services.runs import (
+    dead_leases_expire,
+    decision_apply,
+    holding_runs,
+    recovery_input_gather,
+    workflow_active_require,
+)
 from ledger.services.writer import RunWriter, illegal, lease_expired, run_lock, workflow_and_run_lock
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, DomainError, Invalid

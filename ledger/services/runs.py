@@ -13,14 +13,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from knowledge.selectors import store_version as knowledge_store_version
-from ledger.domain import recovery
 from ledger import selectors
-from ledger.models import (HOLDING_STATES, LEASED_STATES, Checkpoint, EffectKey, EventKind, Run,
-                           Trigger, Workflow)
+from ledger.domain import recovery
+from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, EffectKey, EventKind, Run, Trigger, Workflow
 from ledger.schedules import SLOT_FORMAT
 from ledger.services.versions import goals_latest
-from ledger.services.writer import (RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock,
-                                    workflow_spec)
+from ledger.services.writer import RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock, workflow_spec
 from ledger.store import store
 from ledger.store.reads import Reads
 from stateboard.canonical import canonical_json

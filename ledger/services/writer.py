@@ -16,15 +16,23 @@ from datetime import timezone as dt_timezone
 from django.core.exceptions import ValidationError as DjangoValidationError
 
 from ledger.domain import machine, recovery
+from ledger.domain.effects import effect_key_namespaced
 from ledger.domain.projection import lease_next
+from ledger.models import (
+    LEASED_STATES,
+    TERMINAL_STATES,
+    Approval,
+    Effect,
+    EventKind,
+    LedgerEvent,
+    Run,
+    RunKey,
+    Workflow,
+)
 from ledger.services.notifications import approval_keys, approval_notify, notifications_settle
 from ledger.store import store
-from ledger.domain.effects import effect_key_namespaced
-from ledger.models import (LEASED_STATES, TERMINAL_STATES, Approval, Effect, EventKind, LedgerEvent, Run, RunKey,
-                           Workflow)
 from stateboard.canonical import canonical_json, digest, sha256_hex
 from stateboard.errors import Conflict, NotFound
-
 
 GENESIS_HASH = "0" * 64
 

@@ -26,7 +26,6 @@ from ledger.store.orm import OrmStore
 from ledger.store.reads import Reads
 from stateboard.waits import CHANNEL
 
-
 _INTENT_OF = f"SELECT intent FROM {RunKey._meta.db_table} WHERE run_id = %s"
 
 

@@ -1,6 +1,7 @@
 """Template helpers shared by every page: ``redact`` and ``redact_json`` filters, ``{% when dt %}``."""
 
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime
+from datetime import timezone as dt_timezone
 
 from django import template
 from django.utils import timezone

@@ -8,9 +8,9 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from ledger import authorizers, selectors, services
-from ledger.web.forms import ReasonForm, RequiredReasonForm
 from ledger.models import Approval
 from ledger.web.common import approval_of_page, evidence_view, form_checked, inputs_diff
+from ledger.web.forms import ReasonForm, RequiredReasonForm
 from stateboard.policy import ANY, NOTIFICATIONS_CHANGED, Policy, page
 
 HISTORY_ROWS = 50

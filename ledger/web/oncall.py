@@ -11,8 +11,8 @@ from django_htmx.http import trigger_client_event
 from ledger import authorizers, selectors, services
 from ledger.domain.machine import NEEDS_HUMAN_STATES
 from ledger.web import preview
-from ledger.web.forms import BulkActionForm, PreviewForm, ReasonForm, RequiredReasonForm
 from ledger.web.common import form_checked, run_of_page
+from ledger.web.forms import BulkActionForm, PreviewForm, ReasonForm, RequiredReasonForm
 from stateboard.policy import ANY, NOTIFICATIONS_CHANGED, Policy, page, safe_next
 
 WAITS_FOR_AGENT = ("fresh", "resume", "verify_only")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from ledger.domain import recovery
 from ledger import services
+from ledger.domain import recovery
 from ledger.models import Run
 
 

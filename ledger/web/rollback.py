@@ -14,8 +14,8 @@ from ledger import authorizers, services
 from ledger.domain.machine import ROLLBACK_STATES
 from ledger.models import LedgerEvent, Run
 from ledger.web.common import run_of_page, run_or_404
-from stateboard.roles import allowed
 from stateboard.policy import ANY, Policy, page
+from stateboard.roles import allowed
 
 PARTIAL = "ledger/partials/run_goal_rollback.html"
 

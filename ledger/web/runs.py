@@ -9,12 +9,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from knowledge import selectors as knowledge_selectors
 from ledger import authorizers, selectors, services
-from ledger.web import drawing
-from ledger.web.forms import SavedViewForm
 from ledger.models import Run, SavedView
+from ledger.web import drawing
 from ledger.web.common import CappedPaginator, evidence_view, form_error_text
-from stateboard.redact import redact_json
+from ledger.web.forms import SavedViewForm
 from stateboard.policy import ANY, Policy, page
+from stateboard.redact import redact_json
 
 RUNS_PER_PAGE = 50
 EVENTS_PER_PAGE = 50

@@ -1,7 +1,8 @@
 """Workflows: definition (also in the file form `apply` takes), schedule and its next ticks (UTC), policy
 history, recent runs."""
 
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 
 from celery.schedules import crontab
 from django.db.models import Count, Max

@@ -8,7 +8,11 @@ from playwright.sync_api import expect
 
 from ledger.models import Approval, Run
 from tests.browser.scenarios import (
-    agent_driver, approval_workflow, awaiting_approval_run, escalated_run, escalation_workflow,
+    agent_driver,
+    approval_workflow,
+    awaiting_approval_run,
+    escalated_run,
+    escalation_workflow,
 )
 from tests.factories import make_workflow
 

@@ -9,8 +9,8 @@ from django.db import connection
 from django.utils import timezone
 
 from knowledge import selectors, services
-from knowledge.ops import sweeps
 from knowledge.models import Claim, ClaimHead, ClaimReview, GateDecision
+from knowledge.ops import sweeps
 from ledger.models import AuditEntry, Notification
 from tests.factories import make_agent, make_operator
 from tests.knowledge.conftest import iso, proposal

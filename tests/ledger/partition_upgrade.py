@@ -64,5 +64,5 @@ def main() -> None:
         effects = cursor.fetchall()
         cursor.execute("SELECT count(*) FROM ledger_approval a JOIN ledger_runkey k ON k.run_id = a.run_id")
         (approvals,) = cursor.fetchone()
-    print(json.dumps({"runs": runs, "events": events, "run_keys": run_keys, "effect_keys": effect_keys, "effects": effects, "vendor": connection.vendor,
-                      "approvals": approvals}))
+    print(json.dumps({"runs": runs, "events": events, "run_keys": run_keys, "effect_keys": effect_keys,
+                      "effects": effects, "vendor": connection.vendor, "approvals": approvals}))

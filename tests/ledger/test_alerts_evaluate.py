@@ -5,12 +5,10 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-
-from ledger import services
-from ledger.models import Alert, AlertChange, Outbox, Workflow
 from django_celery_beat.models import PeriodicTask
 
-from ledger import tasks
+from ledger import services, tasks
+from ledger.models import Alert, AlertChange, Outbox, Workflow
 from ledger.schedules import SWEEPS, periodic_tasks_ensure
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver, race, raised

@@ -1,7 +1,8 @@
 """Crash safety with real worker processes: a killed worker, late and double ticks, a broker outage."""
 
 import time
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime
+from datetime import timezone as dt_timezone
 
 import pytest
 
@@ -10,7 +11,7 @@ from ledger.models import Approval, Effect, LedgerEvent, Outbox, Run
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver
 from tests.ledger.receiver import Receiver
-from tests.ledger.workers import BROKER, workers, wait_until  # noqa: F401 (fixture)
+from tests.ledger.workers import BROKER, wait_until, workers  # noqa: F401 (fixture)
 
 ACTION = {"system": "k8s", "operation": "deploy", "target": "prod/web", "summary": "roll out v2"}
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]  # real worker processes
@@ -87,8 +88,8 @@ def test_crash_late_and_double_ticks_make_one_run_per_tick(workers):  # noqa: F8
     from django_celery_beat.models import PeriodicTask
     from django_celery_beat.schedulers import ModelEntry
 
-    from ledger.schedules.beat import TickScheduler
     from ledger.schedules import periodic_tasks_ensure
+    from ledger.schedules.beat import TickScheduler
     from stateboard.celery import app
 
     wf = make_workflow(schedule="*/5 * * * *", schedule_intent="nightly", schedule_inputs={"window": "5m"})

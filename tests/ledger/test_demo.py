@@ -35,8 +35,8 @@ def test_demo_once_produces_every_promised_fault(live_server, capsys):
 def test_demo_setup_twice_changes_nothing_but_tokens():
     """A second setup keeps the users, workflows and claims as they were and issues working tokens."""
     from knowledge.models import Claim
-    from ledger.ops.demo.setup import demo_setup
     from ledger.models import Workflow
+    from ledger.ops.demo.setup import demo_setup
 
     first = demo_setup(agents=2)
     counts = (Workflow.objects.count(), Claim.objects.count())
@@ -69,9 +69,9 @@ def test_the_living_fleet_picks_up_a_queued_run_within_seconds(live_server):
     import time
 
     from ledger import services
+    from ledger.models import Workflow
     from ledger.ops.demo.fleet import Fleet
     from ledger.ops.demo.setup import demo_setup
-    from ledger.models import Workflow
     from tests.factories import make_operator
 
     world = demo_setup(agents=1)
@@ -103,8 +103,13 @@ def test_the_living_demo_keeps_its_backlog_bounded(monkeypatch):
     colleagues settle the oldest ones, saying why; runs of other workflows are never touched."""
     from ledger.identities import operator_create
     from ledger.ops.demo import backlog
-    from tests.browser.scenarios import (agent_driver, approval_workflow, awaiting_approval_run, escalated_run,
-                                         escalation_workflow)
+    from tests.browser.scenarios import (
+        agent_driver,
+        approval_workflow,
+        awaiting_approval_run,
+        escalated_run,
+        escalation_workflow,
+    )
 
     operator_create(name=backlog.FLEET_EDITOR, role="editor")
     operator_create(name=backlog.FLEET_ONCALL, role="oncall")

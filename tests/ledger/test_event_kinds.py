@@ -17,7 +17,8 @@ from ledger.models import Approval, LedgerEvent, Run
 from ledger.services import events
 from ledger.services.writer import RunWriter, run_lock
 from stateboard import client
-from stateboard.mcp import kinds as mcp_kinds, server as mcp_server
+from stateboard.mcp import kinds as mcp_kinds
+from stateboard.mcp import server as mcp_server
 from tests.factories import client_for, make_agent, make_workflow, unique
 from tests.ledger.helpers import AgentDriver
 

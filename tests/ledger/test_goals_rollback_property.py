@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import services
+from ledger.domain.recovery import WorkflowSpec, first_not_done, stage_done
 from ledger.models import Approval, Effect, Goal, Run
 from ledger.selectors import effects_rebuild_diff
-from ledger.domain.recovery import WorkflowSpec, first_not_done, stage_done
 from stateboard.errors import DomainError
 from stateboard.roles import actor_for
 from tests.factories import make_agent, make_operator, make_workflow

@@ -10,8 +10,7 @@ from django.db import connection, transaction
 from django.db.utils import DatabaseError
 from django.utils import timezone
 
-from knowledge.models import (Claim, ClaimCitation, ClaimDerivation, ClaimReview, GateDecision, PacketClaim,
-                              PacketServed)
+from knowledge.models import Claim, ClaimCitation, ClaimDerivation, ClaimReview, GateDecision, PacketClaim, PacketServed
 from ledger.models import AuditEntry, Checkpoint, Goal, LedgerEvent, Run
 from stateboard.db import partition_guards_install
 from tests.factories import make_workflow

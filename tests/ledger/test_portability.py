@@ -113,7 +113,7 @@ def test_export_then_import_is_the_same_system_and_decides_the_same(tmp_path):
     assert all(chain_verify(run=run)["ok"] for run in Run.objects.all())
     assert decisions() == before
     again = _export()
-    assert [l for l in again.splitlines() if l not in exported.splitlines()][:2] == []
+    assert [r for r in again.splitlines() if r not in exported.splitlines()][:2] == []
     assert again == exported  # nothing lost, nothing added: the same file, signature included
     assert Workflow.objects.create(slug="after").id > wf.id  # sequences continued past the imported ids
 
@@ -126,12 +126,12 @@ def test_import_refuses_a_non_empty_database(tmp_path):
 
 @pytest.mark.postgres
 @pytest.mark.parametrize(("damage", "message"), [
-    (lambda lines: next(l for l in lines if l["type"] == "event" and l["seq"] == 3).update(actor="agent:forged"),
+    (lambda lines: next(r for r in lines if r["type"] == "event" and r["seq"] == 3).update(actor="agent:forged"),
      "hash"),
-    (lambda lines: next(l for l in lines if l["type"] == "event" and l["seq"] == 3).update(seq=13), "seq"),
-    (lambda lines: next(l for l in lines if l["type"] == "run" and l["intent"] == "a").update(state="abandoned"),
+    (lambda lines: next(r for r in lines if r["type"] == "event" and r["seq"] == 3).update(seq=13), "seq"),
+    (lambda lines: next(r for r in lines if r["type"] == "run" and r["intent"] == "a").update(state="abandoned"),
      "state is 'abandoned' in the file"),
-    (lambda lines: next(l for l in lines if l["type"] == "effect").update(status="verified", reference="forged"),
+    (lambda lines: next(r for r in lines if r["type"] == "effect").update(status="verified", reference="forged"),
      "effect"),
 ])
 def test_a_file_signed_after_tampering_is_refused_by_what_the_ledger_determines(tmp_path, damage, message):

@@ -26,20 +26,20 @@ def _refused(tmp_path, data: bytes, *args) -> str:
 
 
 @pytest.mark.parametrize(("pick", "field", "value", "why"), [
-    (lambda l: l["type"] == "event" and l["seq"] == 2, "data", {"note": "a\u0000b"}, "NUL"),
-    (lambda l: l["type"] == "event" and l["seq"] == 2, "data", {"a\u0000": 1}, "NUL"),
-    (lambda l: l["type"] == "run", "intent", "half \ud800 pair", "surrogate"),
-    (lambda l: l["type"] == "workflow", "title", "\udfff", "surrogate"),
-    (lambda l: l["type"] == "user", "username", "x\u0000", "NUL"),
-    (lambda l: l["type"] == "run", "intent", "i" * 600, "at most 500"),
-    (lambda l: l["type"] == "workflow", "max_retries", 2 ** 40, "less than or equal"),
+    (lambda r: r["type"] == "event" and r["seq"] == 2, "data", {"note": "a\u0000b"}, "NUL"),
+    (lambda r: r["type"] == "event" and r["seq"] == 2, "data", {"a\u0000": 1}, "NUL"),
+    (lambda r: r["type"] == "run", "intent", "half \ud800 pair", "surrogate"),
+    (lambda r: r["type"] == "workflow", "title", "\udfff", "surrogate"),
+    (lambda r: r["type"] == "user", "username", "x\u0000", "NUL"),
+    (lambda r: r["type"] == "run", "intent", "i" * 600, "at most 500"),
+    (lambda r: r["type"] == "workflow", "max_retries", 2 ** 40, "less than or equal"),
 ])
 def test_text_or_a_number_no_column_keeps_is_refused_by_its_line_number(tmp_path, pick, field, value, why):
     """A NUL, half a surrogate pair, an over-long string or an out-of-range number, even in a re-signed
     file, is refused naming the line and the field: no traceback, nothing written."""
     _history()
     lines = _lines(_export())[:-1]
-    line = next(l for l in lines if pick(l))
+    line = next(r for r in lines if pick(r))
     line[field] = value
     _wipe()
     message = _refused(tmp_path, _signed(lines))
@@ -52,12 +52,12 @@ def test_a_staged_run_flipped_to_real_is_refused(tmp_path, trust):
     otherwise is refused; so is a real run made staged."""
     _history()
     lines = _lines(_export())[:-1]
-    staged = next(l for l in lines if l["type"] == "run" and l["staged"])
+    staged = next(r for r in lines if r["type"] == "run" and r["staged"])
     for line in lines:
         if line.get("run_id") == staged["id"] and line["type"] == "checkpoint" or line is staged:
             line["staged"] = False
     _wipe()
-    data = _signed(lines) if not trust else b"".join(json.dumps(l).encode() + b"\n" for l in lines)
+    data = _signed(lines) if not trust else b"".join(json.dumps(r).encode() + b"\n" for r in lines)
     message = _refused(tmp_path, data, *(["--trust-unsigned"] if trust else []))
     assert f"line {_number_of(lines, staged)} (run): staged is False in the file, the ledger says True" in message
 
@@ -65,7 +65,7 @@ def test_a_staged_run_flipped_to_real_is_refused(tmp_path, trust):
 def test_a_real_run_made_staged_is_refused(tmp_path):
     _history()
     lines = _lines(_export())[:-1]
-    real = next(l for l in lines if l["type"] == "run" and not l["staged"])
+    real = next(r for r in lines if r["type"] == "run" and not r["staged"])
     real["staged"] = True
     for line in lines:
         if line["type"] == "checkpoint" and line["run_id"] == real["id"]:
@@ -80,7 +80,7 @@ def test_roles_that_are_not_a_list_of_names_are_refused(tmp_path, roles):
     make_operator("owner")
     _history()
     lines = _lines(_export())[:-1]
-    user = next(l for l in lines if l["type"] == "user" and l["roles"] == ["owner"])
+    user = next(r for r in lines if r["type"] == "user" and r["roles"] == ["owner"])
     user["roles"] = roles
     _wipe()
     message = _refused(tmp_path, _signed(lines))

@@ -96,10 +96,10 @@ def _escalated_and_voided():
 
 
 @pytest.mark.parametrize(("pick", "change", "field"), [
-    (lambda l: l["kind"] == "escalation" and l["status"] == "approved", {"status": "pending"}, "status"),
-    (lambda l: l["kind"] == "escalation" and l["status"] == "approved", {"decided_by": "user:nobody"}, "decided_by"),
-    (lambda l: l["reason"] == "goal_changed", {"status": "pending", "decided_at": None}, "status"),
-    (lambda l: l["reason"] == "goal_changed", {"status": "approved", "decided_by": "user:nobody"}, "status"),
+    (lambda r: r["kind"] == "escalation" and r["status"] == "approved", {"status": "pending"}, "status"),
+    (lambda r: r["kind"] == "escalation" and r["status"] == "approved", {"decided_by": "user:nobody"}, "decided_by"),
+    (lambda r: r["reason"] == "goal_changed", {"status": "pending", "decided_at": None}, "status"),
+    (lambda r: r["reason"] == "goal_changed", {"status": "approved", "decided_by": "user:nobody"}, "status"),
 ])
 def test_an_escalation_or_void_edited_and_resigned_is_refused(tmp_path, pick, change, field):
     _escalated_and_voided()

@@ -30,8 +30,9 @@ def checkpoint(done=(), *, fp=FP, policy=POLICY, env=ENV, expired=False, statuse
 
 
 def decide(**fields):
+    latest = fields.get("latest_checkpoint")
     fields.setdefault("latest_checkpoint_same_fingerprint",
-                      fields.get("latest_checkpoint") if getattr(fields.get("latest_checkpoint"), "input_fingerprint", None) == FP else None)
+                      latest if getattr(latest, "input_fingerprint", None) == FP else None)
     return recovery_decide(RecoveryInput(workflow=SPEC, input_fingerprint=FP, policy_version=POLICY,
                                          env_fingerprint=fields.pop("env", ENV), **fields))
 

@@ -2,8 +2,8 @@
 
 import io
 import re
-from pathlib import Path
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command

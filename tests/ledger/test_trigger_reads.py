@@ -14,7 +14,6 @@ from ledger.store.reads import Reads
 from tests.factories import make_operator, make_workflow
 
 
-
 def _runs(wf):
     for n in range(3):
         services.run_trigger(workflow_slug=wf.slug, inputs={"n": n}, intent=f"i-{n}", actor="agent:a")

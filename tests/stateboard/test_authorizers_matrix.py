@@ -18,8 +18,15 @@ from knowledge.models import Claim, ClaimHead
 from ledger import authorizers as ledger_authorizers
 from ledger.models import Alert, Approval, AuditEntry, Run, Workflow
 from stateboard.roles import allowed
-from tests.browser.scenarios import (ACTION, agent_driver, approval_workflow, awaiting_approval_run, completed_run,
-                                     escalated_run, escalation_workflow)
+from tests.browser.scenarios import (
+    ACTION,
+    agent_driver,
+    approval_workflow,
+    awaiting_approval_run,
+    completed_run,
+    escalated_run,
+    escalation_workflow,
+)
 from tests.factories import HX, client_for, make_agent, make_operator, make_workflow, unique
 from tests.knowledge.conftest import iso, proposal
 

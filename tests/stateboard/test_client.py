@@ -13,9 +13,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from stateboard.client import Client, StateboardError, StateboardUnavailable
-from tests.stateboard.client_support import CRASH_INPUTS, EVIDENCE, FaultyProxy, agent_loop, effect_for, fault_once
-from tests.knowledge.conftest import proposal
 from tests.factories import make_agent, make_operator, make_workflow
+from tests.knowledge.conftest import proposal
+from tests.stateboard.client_support import CRASH_INPUTS, EVIDENCE, FaultyProxy, agent_loop, effect_for, fault_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,8 +14,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from ledger.models import Effect, LedgerEvent, Run
 from stateboard.client import Client
-from tests.stateboard.client_support import EVIDENCE, FaultyProxy
 from tests.factories import make_agent, make_operator, make_workflow
+from tests.stateboard.client_support import EVIDENCE, FaultyProxy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

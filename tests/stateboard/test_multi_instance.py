@@ -14,9 +14,8 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from pathlib import Path
-
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -24,6 +23,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
+
 from ledger.models import Effect, LedgerEvent, Run
 from ledger.schedules import periodic_tasks_ensure
 from tests.factories import make_agent, make_operator, make_workflow

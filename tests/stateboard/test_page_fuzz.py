@@ -6,15 +6,20 @@ import inspect
 import pytest
 from django import forms
 from django.apps import apps
-from django.utils import timezone
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
 
 from knowledge import services as knowledge_services
 from knowledge.web import forms as knowledge_forms
 from ledger.models import AuditEntry, Notification
 from ledger.web import forms as ledger_forms
-from tests.browser.scenarios import (agent_driver, approval_workflow, awaiting_approval_run, escalated_run,
-                                     escalation_workflow)
+from tests.browser.scenarios import (
+    agent_driver,
+    approval_workflow,
+    awaiting_approval_run,
+    escalated_run,
+    escalation_workflow,
+)
 from tests.factories import HX, make_operator, page_client
 from tests.knowledge.conftest import proposal
 

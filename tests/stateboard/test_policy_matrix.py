@@ -14,12 +14,19 @@ from django.test import Client, RequestFactory, override_settings
 from django.urls import get_resolver, resolve, reverse
 from django.utils import timezone
 
-from ledger.models import Approval, ApiToken, AuditEntry, Checkpoint, LedgerEvent, Notification, Run, Workflow
+from ledger.models import ApiToken, Approval, AuditEntry, Checkpoint, LedgerEvent, Notification, Run, Workflow
 from stateboard.policy import ANY, PUBLIC, policy_of
 from tests.factories import HX, client_for, make_agent, make_operator, make_workflow, page_client, unique
 from tests.ledger.helpers import AgentDriver
-from tests.stateboard.test_authorizers_matrix import (_awaiting, _claim, _completed, _escalated, _pending, _refresh_page,
-                                           _stale_claim)
+from tests.stateboard.test_authorizers_matrix import (
+    _awaiting,
+    _claim,
+    _completed,
+    _escalated,
+    _pending,
+    _refresh_page,
+    _stale_claim,
+)
 from tests.stateboard.test_page_fuzz import _state
 from tests.stateboard.test_roles_matrix import _walk
 

@@ -35,8 +35,19 @@ from django.db import connection
 from ledger.identities import agent_create
 from ledger.ops.bench import agentpath, appends, decisions
 from ledger.ops.bench.appends import CALLS_PER_RUN, EFFECT_STAGES, STREAM_STAGES
-from ledger.ops.bench.common import (Out, Report, Row, loadavg, measure_raw, median, rate, ratio,
-                                     raw_table, scratch_database, verdict)
+from ledger.ops.bench.common import (
+    Out,
+    Report,
+    Row,
+    loadavg,
+    measure_raw,
+    median,
+    rate,
+    ratio,
+    raw_table,
+    scratch_database,
+    verdict,
+)
 from ledger.ops.bench.loader import LedgerHistory
 from stateboard.webserver import SERVERS, server_name
 

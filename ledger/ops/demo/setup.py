@@ -16,11 +16,11 @@ from knowledge.models import ClaimHead
 from knowledge.services import claim_propose, claim_revoke
 from ledger import services
 from ledger.auth import token_issue
+from ledger.identities import agent_create, operator_create
+from ledger.models import Agent, Workflow
 from ledger.ops.demo import DEMO_PASSWORD, OPERATORS
 from ledger.ops.demo.backlog import FLEET_EDITOR, FLEET_ONCALL
 from ledger.ops.demo.claims import CLAIMS
-from ledger.identities import agent_create, operator_create
-from ledger.models import Agent, Workflow
 
 WORKFLOW_DEFINITIONS = {
     "research-publish": {

@@ -3,7 +3,8 @@ the claim's state allow, the same POST views as the review page answering the pa
 history that says which version is current, its true status and its provenance as labelled fields."""
 
 import re
-from datetime import timedelta, timezone as dt_timezone
+from datetime import timedelta
+from datetime import timezone as dt_timezone
 
 import pytest
 from django.urls import reverse

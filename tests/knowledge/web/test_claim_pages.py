@@ -9,16 +9,7 @@ from django.utils import timezone
 from knowledge import services
 from knowledge.models import Claim, ClaimHead
 from ledger.models import AuditEntry
-from tests.factories import (
-    HX,
-    assert_queries_flat,
-    login,
-    make_agent,
-    make_operator,
-    page_client,
-    page_queries,
-    texts,
-)
+from tests.factories import HX, assert_queries_flat, login, make_agent, make_operator, page_client, page_queries, texts
 from tests.knowledge.conftest import iso, proposal
 
 pytestmark = pytest.mark.django_db

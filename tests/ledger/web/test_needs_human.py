@@ -8,8 +8,14 @@ from django.urls import reverse
 
 from ledger import selectors
 from ledger.models import Run
-from tests.browser.scenarios import (agent_driver, approval_workflow, awaiting_approval_run, escalated_run,
-                                     escalation_workflow, failed_run)
+from tests.browser.scenarios import (
+    agent_driver,
+    approval_workflow,
+    awaiting_approval_run,
+    escalated_run,
+    escalation_workflow,
+    failed_run,
+)
 from tests.factories import login, make_operator
 
 pytestmark = pytest.mark.django_db

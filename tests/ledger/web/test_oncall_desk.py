@@ -8,12 +8,17 @@ from django.utils import timezone
 
 from ledger import services
 from ledger.domain import machine
-from ledger.web import preview
 from ledger.models import Approval, LedgerEvent, Run
-from tests.browser.scenarios import (
-    EVIDENCE, agent_driver, approval_workflow, awaiting_approval_run, escalated_run, escalation_workflow,
-)
+from ledger.web import preview
 from stateboard.errors import Conflict
+from tests.browser.scenarios import (
+    EVIDENCE,
+    agent_driver,
+    approval_workflow,
+    awaiting_approval_run,
+    escalated_run,
+    escalation_workflow,
+)
 from tests.factories import HX, login, make_operator, make_workflow, page_client, page_queries, texts
 
 pytestmark = pytest.mark.django_db

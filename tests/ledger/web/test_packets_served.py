@@ -1,9 +1,8 @@
 """What the agent was told: each resume packet's facts, leads and left-out claims, on the run and claim pages."""
 
+import pytest
 from django.urls import reverse
 from django.utils import timezone
-
-import pytest
 
 from knowledge.models import PacketServed
 from ledger.resume import resume_packet

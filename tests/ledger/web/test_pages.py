@@ -9,10 +9,23 @@ from django.urls import reverse
 from ledger import services
 from ledger.models import Approval, AuditEntry, Run
 from tests.browser.scenarios import (
-    agent_driver, approval_workflow, awaiting_approval_run, completed_run, escalated_run, escalation_workflow,
+    agent_driver,
+    approval_workflow,
+    awaiting_approval_run,
+    completed_run,
+    escalated_run,
+    escalation_workflow,
 )
-from tests.factories import HX, assert_queries_flat, login, make_operator, make_workflow, page_queries, texts
-from tests.factories import OUTSIDE_ASSET
+from tests.factories import (
+    HX,
+    OUTSIDE_ASSET,
+    assert_queries_flat,
+    login,
+    make_operator,
+    make_workflow,
+    page_queries,
+    texts,
+)
 
 pytestmark = pytest.mark.django_db
 

@@ -5,11 +5,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from tests.browser.scenarios import (
-    agent_driver,
-    escalated_run,
-    escalation_workflow,
-)
+from tests.browser.scenarios import agent_driver, escalated_run, escalation_workflow
 from tests.factories import login, texts
 
 pytestmark = pytest.mark.django_db

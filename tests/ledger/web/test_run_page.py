@@ -5,7 +5,12 @@ from django.urls import reverse
 
 from ledger.models import Run
 from tests.browser.scenarios import (
-    EVIDENCE, agent_driver, approval_workflow, awaiting_approval_run, escalated_run, escalation_workflow,
+    EVIDENCE,
+    agent_driver,
+    approval_workflow,
+    awaiting_approval_run,
+    escalated_run,
+    escalation_workflow,
 )
 from tests.factories import HX, login, make_workflow, page_queries, texts
 
