@@ -11,7 +11,7 @@ from ledger.models import Alert, AlertChange, Outbox, Workflow
 from django_celery_beat.models import PeriodicTask
 
 from ledger import tasks
-from ledger.ops.schedules import SWEEPS, periodic_tasks_ensure
+from ledger.schedules import SWEEPS, periodic_tasks_ensure
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver, race, raised
 
