@@ -391,13 +391,6 @@ def stage_times(*, run) -> dict[str, dict]:
     return {r["stage"]: {"start": r["start"], "end": r["end"]} for r in rows}
 
 
-def intent_attempts(*, run, limit: int = 50) -> list:
-    """Every run of the same workflow and intent, oldest first (the attempts of this intent)."""
-    return list(Run.objects.filter(workflow_id=run.workflow_id, intent=run.intent)
-                .only("id", "state", "decision", "created_at", "ended_at", "input_fingerprint", "workflow_id",
-                      "intent").order_by("created_at", "id")[:limit])
-
-
 def run_by_prefix(*, prefix: str) -> list:
     """Runs whose id (hex digits, hyphens ignored) starts with ``prefix``, by the run filter's ``q``;
     at most two (unique or not). A prefix that also matches intents is not a prefix lookup."""
