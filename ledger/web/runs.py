@@ -26,7 +26,7 @@ def _unknown_filters(form) -> list[str]:
     notes = []
     for name in form.errors:
         value = form.data.get(name, "")
-        if name in ("workflow", "state"):
+        if name in ("workflow", "state", "group"):
             notes.append(f"There is no {name} “{value}”; the filter is ignored.")
         elif name in form.fields:
             notes.append(f"“{value}” is not a usable {form.fields[name].label or name}; the filter is ignored.")
