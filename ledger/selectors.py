@@ -247,10 +247,12 @@ def alerts_open_counts() -> list:
     return [({"workflow": r["workflow__slug"], "rule": r["rule"], "severity": r["severity"]}, r["n"]) for r in rows]
 
 
-def dashboard_summary() -> dict:
+def dashboard_summary(*, since=None) -> dict:
+    """The latest runs, the runs created since ``since`` (all when None) by state, pending approvals."""
+    counted = Run.objects.filter(created_at__gte=since) if since is not None else Run.objects.all()
     return {
         "recent_runs": list(run_list()[:20]),
-        "state_counts": dict(Run.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n")),
+        "state_counts": dict(counted.values_list("state").annotate(n=Count("id")).values_list("state", "n")),
         "pending_approvals": Approval.objects.filter(status="pending").count(),
     }
 
