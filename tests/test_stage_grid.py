@@ -64,3 +64,32 @@ def test_workflow_page_queries_are_flat_in_runs():
         agent.pass_stage(run["id"], "build")
 
     assert_queries_flat(viewer, reverse("ledger:workflow_detail", args=[wf.slug]), add_run, rows=4)
+
+
+def test_runs_list_and_oncall_name_the_current_stages_duration():
+    wf = escalation_workflow(max_retries=5)
+    agent = agent_driver(wf)
+    failed = failing(agent, "red", "boom")  # build failed: how long it took
+    running = agent.trigger(intent="green", inputs={"intent": "green"})
+    agent.event(running["id"], "build", "started")  # build running: for how long so far
+    idle = agent.trigger(intent="idle", inputs={"intent": "idle"})  # not started: no duration
+    viewer, _ = login("viewer")
+    html = texts(viewer.get(reverse("ledger:run_list")))
+    row = lambda page, run: page[page.index(run["id"][:8]):].split("</tr>")[0]  # noqa: E731
+    assert "data-stage-seconds>" in row(html, failed) and "running" not in row(html, failed)
+    assert "data-stage-seconds>running " in row(html, running)
+    assert "data-stage-seconds" not in row(html, idle)
+    oncall = texts(viewer.get(reverse("ledger:oncall")))
+    assert "data-stage-seconds>" in oncall[oncall.index(f'id="oncall-{failed["id"]}"'):].split("</tr>")[0]
+
+
+def test_runs_list_and_oncall_queries_stay_flat_with_stage_durations():
+    wf = escalation_workflow(max_retries=10)
+    agent = agent_driver(wf)
+    viewer, _ = login("viewer")
+
+    def add_failed(n):
+        failing(agent, f"f{n}", "boom")
+
+    assert_queries_flat(viewer, reverse("ledger:run_list"), add_failed, rows=4)
+    assert_queries_flat(viewer, reverse("ledger:oncall") + "?superseded=1", lambda n: failing(agent, f"o{n}", "boom"), rows=4)

@@ -8,7 +8,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from knowledge import selectors as knowledge_selectors
-from ledger import attempt_selectors, authorizers, selectors, services
+from ledger import attempt_selectors, authorizers, selectors, services, stage_selectors
 from ledger.web import drawing, preview
 from ledger.web.forms import SavedViewForm
 from ledger.models import Run, SavedView
@@ -42,7 +42,8 @@ def run_list(request):
     page = CappedPaginator(run_filter.qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    context = {"form": form, "page": page, "runs": page.object_list, "query": query.urlencode(),
+    runs = stage_selectors.with_current_stage_time(page.object_list, now=timezone.now())
+    context = {"form": form, "page": page, "runs": runs, "query": query.urlencode(),
                "unknown": _unknown_filters(form) if request.GET else [],
                "saved_views": list(SavedView.objects.order_by("name")[:50]),
                "save_form": SavedViewForm(initial={"query": query.urlencode()})}
