@@ -40,7 +40,7 @@ def test_runs_page_groups_attempts_and_notes_an_unknown_grouping():
     viewer, _ = login("viewer")
     html = texts(viewer.get(reverse("ledger:run_list"), {"group": "attempts"}))
     assert run["id"][:8] in html and failed["id"][:8] not in html and 'data-attempts="2"' in html
-    assert "2 attempts" in html
+    assert "2 attempts" in html and "1 attempt group <span" in html
     plain = texts(viewer.get(reverse("ledger:run_list")))
     assert failed["id"][:8] in plain and "data-attempts" not in plain
     noted = texts(viewer.get(reverse("ledger:run_list"), {"group": "nope"}))

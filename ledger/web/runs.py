@@ -44,6 +44,7 @@ def run_list(request):
     query.pop("page", None)
     runs = stage_selectors.with_current_stage_time(page.object_list, now=timezone.now())
     context = {"form": form, "page": page, "runs": runs, "query": query.urlencode(),
+               "grouped": form.is_valid() and form.cleaned_data.get("group") == "attempts",
                "unknown": _unknown_filters(form) if request.GET else [],
                "saved_views": list(SavedView.objects.order_by("name")[:50]),
                "save_form": SavedViewForm(initial={"query": query.urlencode()})}

@@ -49,3 +49,31 @@ def test_escalated_run_page_is_the_oncall_desk(live_server, page, log_in, tmp_pa
     expect(page.locator("#run-badge")).not_to_have_text("escalated")
     expect(page.locator(".flash-success")).to_contain_text("Retry:")
     expect(page.locator("#oncall-desk")).to_have_count(0)
+
+
+def test_workflow_page_grid_and_grouped_runs_list(live_server, page, log_in, tmp_path):
+    wf = escalation_workflow(max_retries=3)
+    agent = agent_driver(wf)
+    for n in range(2):
+        run = agent.trigger(intent="nightly", inputs={"intent": "nightly"})
+        agent.event(run["id"], "build", "started")
+        agent.event(run["id"], "build", "failed", reason_code="tests_red", data={"error": "boom"})
+    done = agent.trigger(intent="green", inputs={"intent": "green"})
+    agent.pass_stage(done["id"], "build")
+    agent.pass_stage(done["id"], "test")
+    log_in("viewer")
+    page.goto(f"{live_server.url}/workflows/{wf.slug}/")
+    grid = page.locator("table[data-section=stage-grid]")
+    expect(grid.locator("tbody tr")).to_have_count(3)
+    expect(grid.locator(f"tr[data-run='{done['id']}'] td[data-cell=test]")).to_have_attribute("data-status", "succeeded")
+    expect(grid.locator(f"tr[data-run='{done['id']}'] td[data-cell=test] [data-duration]")).not_to_be_empty()
+    card, table = page.locator("#recent-runs").bounding_box(), grid.bounding_box()
+    assert table["x"] + table["width"] <= card["x"] + card["width"] + 1, (table, card)
+    shots = Path(os.environ.get("STATEBOARD_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    page.locator("#recent-runs").screenshot(path=str(shots / "workflow_grid.png"))
+
+    page.goto(f"{live_server.url}/runs/?group=attempts")
+    expect(page.locator("#run-table tbody tr")).to_have_count(2)
+    expect(page.locator("[data-attempts='2']")).to_have_text("2 attempts")
+    page.screenshot(path=str(shots / "runs_grouped.png"), full_page=False)
