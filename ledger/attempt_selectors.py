@@ -43,6 +43,7 @@ def attempt_groups(runs):
     """``runs`` narrowed to one row per attempt group (its latest run), annotated ``attempt_count``."""
     same = Run.objects.filter(workflow_id=OuterRef("workflow_id"), intent=OuterRef("intent"),
                               input_fingerprint=OuterRef("input_fingerprint"))
-    newer = same.filter(Q(created_at__gt=OuterRef("created_at")) | Q(created_at=OuterRef("created_at"), id__gt=OuterRef("id")))
+    newer = same.filter(Q(created_at__gt=OuterRef("created_at"))
+                        | Q(created_at=OuterRef("created_at"), id__gt=OuterRef("id")))
     count = same.order_by().values("intent").annotate(n=Count("id")).values("n")[:1]
     return runs.annotate(attempt_count=Subquery(count)).exclude(Exists(newer))

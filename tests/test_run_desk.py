@@ -69,7 +69,7 @@ def test_escalated_run_page_offers_the_actions_with_the_oncall_preview_and_waits
     assert f'formaction="{reverse("ledger:run_abandon", args=[run["id"]])}"' in desk
     assert f'formaction="{reverse("ledger:run_compensate", args=[run["id"]])}"' not in desk
     lease = html[html.index('id="lease-panel"'):]
-    assert lease.split("</dd>")[0].endswith("not leased: waits for on-call <span class=\"muted small\">(retry, compensate or abandon)</span>")
+    assert "not leased: waits for on-call" in lease.split("</dd>")[0]
     # A viewer sees the failure and the preview, not the buttons.
     viewer, _ = login("viewer")
     plain = desk_of(texts(viewer.get(reverse("ledger:run_detail", args=[run["id"]]))))

@@ -92,4 +92,5 @@ def test_runs_list_and_oncall_queries_stay_flat_with_stage_durations():
         failing(agent, f"f{n}", "boom")
 
     assert_queries_flat(viewer, reverse("ledger:run_list"), add_failed, rows=4)
-    assert_queries_flat(viewer, reverse("ledger:oncall") + "?superseded=1", lambda n: failing(agent, f"o{n}", "boom"), rows=4)
+    assert_queries_flat(viewer, reverse("ledger:oncall") + "?superseded=1",
+                        lambda n: failing(agent, f"o{n}", "boom"), rows=4)
