@@ -1,7 +1,8 @@
 """Reads of attempts (SPEC §15): the runs of one workflow, intent and input fingerprint, which §3's retry
 budget counts, and the failure that escalated an intent (the most recent failed attempt's)."""
 
-from django.db.models import Count, Exists, OuterRef, Q, Subquery
+from django.db.models import Count, Exists, F, OuterRef, Q, Subquery, Window
+from django.db.models.functions import RowNumber
 
 from ledger.models import LedgerEvent, Run
 from stateboard.redact import redact
@@ -34,9 +35,8 @@ def escalating_failure(*, run) -> dict | None:
         return None
     error = event.data.get("error") if isinstance(event.data, dict) else None
     text = error if isinstance(error, str) else ("" if error is None else str(error))
-    return {"run_id": event.run_id, "seq": event.seq, "at": event.at, "stage": event.stage,
-            "reason_code": event.reason_code, "error": redact(text[:ERROR_CHARS]),
-            "cut": len(text) > ERROR_CHARS}
+    return _failure_of({"run_id": event.run_id, "seq": event.seq, "at": event.at, "stage": event.stage,
+                        "reason_code": event.reason_code}, text)
 
 
 def attempt_groups(runs):
@@ -47,3 +47,32 @@ def attempt_groups(runs):
                         | Q(created_at=OuterRef("created_at"), id__gt=OuterRef("id")))
     count = same.order_by().values("intent").annotate(n=Count("id")).values("n")[:1]
     return runs.annotate(attempt_count=Subquery(count)).exclude(Exists(newer))
+
+
+def _failure_of(event, text) -> dict:
+    return {"run_id": event["run_id"], "seq": event["seq"], "at": event["at"], "stage": event["stage"],
+            "reason_code": event["reason_code"], "error": redact(text[:ERROR_CHARS]), "cut": len(text) > ERROR_CHARS}
+
+
+def with_failures(runs) -> list:
+    """Set ``failure`` (``escalating_failure``'s answer) on each of ``runs`` (a page's rows), in one query:
+    the newest ``failed`` event of each attempt group (a window over the groups)."""
+    runs = list(runs)
+    if not runs:
+        return runs
+    group = [F("run__workflow_id"), F("run__intent"), F("run__input_fingerprint")]
+    newest = (LedgerEvent.objects.filter(intent__in={r.intent for r in runs}, kind="failed",
+                                         run__workflow_id__in={r.workflow_id for r in runs})
+              .annotate(rank=Window(RowNumber(), partition_by=group, order_by=[F("at").desc(), F("seq").desc()]))
+              .filter(rank=1)
+              .values("run_id", "seq", "at", "stage", "reason_code", "data", "run__workflow_id", "run__intent",
+                      "run__input_fingerprint"))
+    found = {}
+    for event in newest:
+        error = event["data"].get("error") if isinstance(event["data"], dict) else None
+        text = error if isinstance(error, str) else ("" if error is None else str(error))
+        key = (event["run__workflow_id"], event["run__intent"], event["run__input_fingerprint"])
+        found[key] = _failure_of(event, text)
+    for run in runs:
+        run.failure = found.get((run.workflow_id, run.intent, run.input_fingerprint))
+    return runs

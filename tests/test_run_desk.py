@@ -143,3 +143,25 @@ def test_desk_page_queries_do_not_grow_with_attempts():
     one, five = escalated_after(1), escalated_after(5)
     url = lambda run: reverse("ledger:run_detail", args=[run["id"]])  # noqa: E731
     assert page_queries(oncall, url(one)) == page_queries(oncall, url(five))
+
+
+def test_oncall_rows_name_the_failure_that_escalated_each_in_flat_queries():
+    from tests.factories import assert_queries_flat
+
+    _, _, run = escalated(f"3 tests failed; key {AWS}")
+    oncall, _ = login("oncall")
+    html = texts(oncall.get(reverse("ledger:oncall")))
+    row = html[html.index(f'id="oncall-{run["id"]}"'):].split("</tr>")[0]
+    assert "data-row-failure>failed at build" in row and "tests_red" in row
+    assert "3 tests failed; key AKIA[redacted]" in row and AWS not in html
+    from ledger import attempt_selectors
+
+    stored = Run.objects.get(id=run["id"])
+    assert attempt_selectors.with_failures([stored])[0].failure == attempt_selectors.escalating_failure(run=stored)
+
+    def add_escalation(n):
+        agent = agent_driver(escalation_workflow())
+        failing(agent, f"e{n}", "boom")
+        assert agent.trigger(intent=f"e{n}", inputs={"intent": f"e{n}"})["state"] == "escalated"
+
+    assert_queries_flat(oncall, reverse("ledger:oncall"), add_escalation, rows=3)
