@@ -78,3 +78,23 @@ def test_workflow_page_grid_and_grouped_runs_list(live_server, page, log_in, tmp
     expect(page.locator("#run-table tbody tr")).to_have_count(2)
     expect(page.locator("[data-attempts='2']")).to_have_text("2 attempts")
     page.screenshot(path=str(shots / "runs_grouped.png"), full_page=False)
+
+
+def test_oncall_row_names_the_failure_and_links_to_the_desk(live_server, page, log_in, tmp_path):
+    agent = agent_driver(escalation_workflow())
+    failed = agent.trigger(intent="nightly", inputs={"intent": "nightly"})
+    agent.event(failed["id"], "build", "started")
+    agent.event(failed["id"], "build", "failed", reason_code="tests_red", data={"error": ERROR + "\n" + "x" * 400})
+    run = agent.trigger(intent="nightly", inputs={"intent": "nightly"})
+    log_in("oncall")
+    page.click("nav >> text=On-call")
+    row = page.locator(f"#oncall-{run['id']}")
+    expect(row.locator("[data-row-failure]")).to_contain_text("failed at build tests_red")
+    expect(row.locator("[data-row-failure]")).to_contain_text("AssertionError: 302 != 200")
+    expect(row).not_to_contain_text("s3cr3t-t0ken")
+    assert row.bounding_box()["height"] < 200, row.bounding_box()
+    shots = Path(os.environ.get("STATEBOARD_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(shots / "oncall_failure.png"), full_page=False)
+    row.locator(f"a[href='/runs/{run['id']}/']").click()
+    expect(page.locator("#oncall-desk [data-failure-error]")).to_contain_text("AssertionError")
