@@ -2,7 +2,8 @@
 
 ``workflow`` a workflow slug · ``state`` a run state · ``intent`` exact · ``created_after`` (≥) and
 ``created_before`` (<) ISO 8601 date-times (naive ones are UTC; any offset is converted to UTC) ·
-``q`` a run id, an id prefix (``3f2a9c``) or a substring of the intent. The pages ignore a value
+``q`` a run id, an id prefix (``3f2a9c``) or a substring of the intent · ``group=attempts`` one row per
+attempt group (its latest run, ``attempt_count`` annotated). The pages ignore a value
 that does not parse; the API answers 400 ``invalid_filter`` (``StrictFilterBackend``).
 """
 
@@ -14,6 +15,7 @@ from django import forms
 from django.db.models import Q
 from django_filters.rest_framework import DjangoFilterBackend
 
+from ledger.attempt_selectors import attempt_groups
 from ledger.models import Run, RunState, Workflow
 from stateboard.errors import DomainError
 from stateboard.moments import parse_moment
@@ -53,10 +55,15 @@ class RunFilter(filters.FilterSet):
     created_after = MomentFilter(field_name="created_at", lookup_expr="gte", label="created since")
     created_before = MomentFilter(field_name="created_at", lookup_expr="lt", label="created before")
     q = filters.CharFilter(method="search", max_length=200, label="search")
+    group = filters.ChoiceFilter(choices=[("attempts", "one row per attempt group")], method="grouped",
+                                 empty_label="one row per run", label="rows")
 
     class Meta:
         model = Run
-        fields = ["workflow", "state", "intent", "created_after", "created_before", "q"]
+        fields = ["workflow", "state", "intent", "created_after", "created_before", "q", "group"]
+
+    def grouped(self, queryset, name, value):
+        return attempt_groups(queryset) if value == "attempts" else queryset
 
     def search(self, queryset, name, value):
         text = value.strip()
@@ -72,6 +79,7 @@ class OncallRunFilter(RunFilter):
 
     def __init__(self, *args, states=(), **kwargs):
         super().__init__(*args, **kwargs)
+        self.filters.pop("group", None)  # on-call acts on runs, not groups
         if states:
             self.filters["state"].extra["choices"] = [(s, s) for s in states]
 

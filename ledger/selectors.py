@@ -247,10 +247,12 @@ def alerts_open_counts() -> list:
     return [({"workflow": r["workflow__slug"], "rule": r["rule"], "severity": r["severity"]}, r["n"]) for r in rows]
 
 
-def dashboard_summary() -> dict:
+def dashboard_summary(*, since=None) -> dict:
+    """The latest runs, the runs created since ``since`` (all when None) by state, pending approvals."""
+    counted = Run.objects.filter(created_at__gte=since) if since is not None else Run.objects.all()
     return {
         "recent_runs": list(run_list()[:20]),
-        "state_counts": dict(Run.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n")),
+        "state_counts": dict(counted.values_list("state").annotate(n=Count("id")).values_list("state", "n")),
         "pending_approvals": Approval.objects.filter(status="pending").count(),
     }
 
@@ -389,13 +391,6 @@ def stage_times(*, run) -> dict[str, dict]:
     rows = (LedgerEvent.objects.of_run(run).filter(kind__in=STAGE_OUTCOME_KINDS).exclude(stage="")
             .values("stage").annotate(start=Min("at", filter=Q(kind="started")), end=Max("at")))
     return {r["stage"]: {"start": r["start"], "end": r["end"]} for r in rows}
-
-
-def intent_attempts(*, run, limit: int = 50) -> list:
-    """Every run of the same workflow and intent, oldest first (the attempts of this intent)."""
-    return list(Run.objects.filter(workflow_id=run.workflow_id, intent=run.intent)
-                .only("id", "state", "decision", "created_at", "ended_at", "input_fingerprint", "workflow_id",
-                      "intent").order_by("created_at", "id")[:limit])
 
 
 def run_by_prefix(*, prefix: str) -> list:

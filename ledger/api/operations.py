@@ -50,7 +50,8 @@ OPS = named({
     "runs_list": Op(
         "List runs",
         "Runs newest first, cursor paginated, filtered by `workflow`, `state`, `intent`, `created_after`, "
-        "`created_before`, `q`. Any signed-in identity.", LIST_400),
+        "`created_before`, `q`. `group=attempts` lists one row per attempt group (the runs of one intent and "
+        "input fingerprint): its latest run, with `attempts`, the group's count. Any signed-in identity.", LIST_400),
     "runs_create": Op(
         "Trigger a run",
         "Triggers a run of a workflow and answers it with its recovery `decision` (201). A trigger whose "

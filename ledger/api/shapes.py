@@ -136,6 +136,8 @@ def run_body(run: Run, **extra) -> dict:
     }
     if queued:
         body["queued_until"] = _drf_datetime(run.queued_until)
+    if getattr(run, "attempt_count", None) is not None:  # listed with group=attempts
+        body["attempts"] = run.attempt_count
     body.update(extra)
     return body
 

@@ -1,7 +1,10 @@
 """The product's home pages across both apps: the dashboard, the Prometheus text, the time-display choice."""
 
+from datetime import timedelta
+
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger import selectors
@@ -35,11 +38,20 @@ def prometheus_metrics(request):
     return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
+# The dashboard's windows (SPEC §15: counts for a window, 24 h by default); another value is the default.
+WINDOWS = {"1h": ("1 h", timedelta(hours=1)), "24h": ("24 h", timedelta(hours=24)),
+           "7d": ("7 days", timedelta(days=7)), "30d": ("30 days", timedelta(days=30))}
+DEFAULT_WINDOW = "24h"
+
+
 @require_GET
 @page(Policy(roles=ANY))
 def dashboard(request):
-    """Home: runs by state, the pending approvals, the latest runs."""
-    summary = selectors.dashboard_summary()
+    """Home: runs created in the window (``?window=``, 24 h by default) by state, the pending approvals,
+    the latest runs."""
+    window = request.GET.get("window") if request.GET.get("window") in WINDOWS else DEFAULT_WINDOW
+    since = timezone.now() - WINDOWS[window][1]
+    summary = selectors.dashboard_summary(since=since)
     counts = summary["state_counts"]
     # States no run is in are named in one line, not drawn as tiles of 0 (most are passed in an instant).
     state_counts = [{"state": s, "n": counts[s], "terminal": s in TERMINAL_STATES} for s in RunState.values
@@ -51,6 +63,8 @@ def dashboard(request):
         "state_counts": state_counts,
         "empty_states": [s for s in RunState.values if not counts.get(s)],
         "total_runs": sum(counts.values()),
+        "window": window, "window_words": WINDOWS[window][0], "windows": [(k, w[0]) for k, w in WINDOWS.items()],
+        "since": since, "since_param": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "pending_list": list(selectors.approvals_pending()[:10]),
         "needs": selectors.needs_human(user=request.user),
     }

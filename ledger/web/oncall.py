@@ -5,10 +5,11 @@ from django.contrib import messages
 from django.http import QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from ledger import authorizers, selectors, services
+from ledger import attempt_selectors, authorizers, selectors, services, stage_selectors
 from ledger.domain.machine import NEEDS_HUMAN_STATES
 from ledger.web import preview
 from ledger.web.common import form_checked, run_of_page
@@ -33,6 +34,8 @@ def _oncall_context(request, params) -> dict:
     runs = list(run_filter.qs.filter(state__in=NEEDS_HUMAN_STATES)[:NOW_ROWS])
     failed = run_filter.qs.filter(state="failed")
     history = list((failed if with_superseded else failed.filter(superseded_by__isnull=True))[:HISTORY_ROWS])
+    stage_selectors.with_current_stage_time([*runs, *history], now=timezone.now())
+    attempt_selectors.with_failures(runs)  # what escalated each: the newest failed attempt's text
     query = QueryDict(mutable=True)
     for name in [*form.fields, "superseded"]:
         if params.get(name):

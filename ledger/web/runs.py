@@ -8,9 +8,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from knowledge import selectors as knowledge_selectors
-from ledger import authorizers, selectors, services
+from ledger import attempt_selectors, authorizers, selectors, services, stage_selectors
 from ledger.models import Run, SavedView
-from ledger.web import drawing
+from ledger.web import drawing, preview
 from ledger.web.common import CappedPaginator, evidence_view, form_error_text
 from ledger.web.forms import SavedViewForm
 from stateboard.policy import ANY, Policy, page
@@ -26,7 +26,7 @@ def _unknown_filters(form) -> list[str]:
     notes = []
     for name in form.errors:
         value = form.data.get(name, "")
-        if name in ("workflow", "state"):
+        if name in ("workflow", "state", "group"):
             notes.append(f"There is no {name} “{value}”; the filter is ignored.")
         elif name in form.fields:
             notes.append(f"“{value}” is not a usable {form.fields[name].label or name}; the filter is ignored.")
@@ -42,7 +42,9 @@ def run_list(request):
     page = CappedPaginator(run_filter.qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    context = {"form": form, "page": page, "runs": page.object_list, "query": query.urlencode(),
+    runs = stage_selectors.with_current_stage_time(page.object_list, now=timezone.now())
+    context = {"form": form, "page": page, "runs": runs, "query": query.urlencode(),
+               "grouped": form.is_valid() and form.cleaned_data.get("group") == "attempts",
                "unknown": _unknown_filters(form) if request.GET else [],
                "saved_views": list(SavedView.objects.order_by("name")[:50]),
                "save_form": SavedViewForm(initial={"query": query.urlencode()})}
@@ -96,9 +98,9 @@ def run_page_context(run: Run, *, user, before: int | None = None, from_seq: int
     events = _with_evidence(selectors.run_events_page(run=run, before=before, from_seq=from_seq,
                                                       limit=EVENTS_PER_PAGE))
     oldest = events[-1].seq if events else None
-    attempts = selectors.intent_attempts(run=run)
-    position = next((i for i, a in enumerate(attempts) if a.id == run.id), None)
-    previous = attempts[position - 1] if position else None
+    attempts = attempt_selectors.run_attempts(run=run)  # newest first
+    position = next(i for i, a in enumerate(attempts) if a.id == run.id)
+    previous = attempts[position + 1] if position + 1 < len(attempts) else None
     checkpoint = selectors.checkpoint_latest(run=run)
     transitions = selectors.run_transitions(run=run)
     # The intent's and fingerprint's effects, whichever attempt performed them: the same rows the stage
@@ -122,6 +124,16 @@ def run_page_context(run: Run, *, user, before: int | None = None, from_seq: int
     }
 
 
+def desk_context(run: Run, *, path: str) -> dict:
+    """The on-call desk of a run that waits for on-call (SPEC §15): each action that applies with the
+    on-call page's preview of it, and the failure that escalated the intent. Empty otherwise."""
+    if not run.oncall_actions:
+        return {}
+    return {"desk": {"actions": [{"action": action, **preview.action_preview(run, action)}
+                                 for action in run.oncall_actions],
+                     "failure": attempt_selectors.escalating_failure(run=run), "next": path}}
+
+
 @require_GET
 @page(Policy(roles=ANY))
 def run_detail(request, run_id):
@@ -137,6 +149,7 @@ def run_detail(request, run_id):
         context["fragment"] = bool(before)
         template = "ledger/run_detail.html#older-events" if before else "ledger/run_detail.html#run-live"
     else:
+        context.update(desk_context(run, path=request.path))
         template = "ledger/run_detail.html"
     return render(request, template, context)
 

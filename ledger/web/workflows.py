@@ -11,7 +11,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from ledger import authorizers, selectors, services
+from ledger import authorizers, selectors, services, stage_selectors
 from stateboard.policy import ANY, Policy, page
 
 
@@ -67,11 +67,12 @@ def workflow_detail(request, slug):
     if workflow is None:
         raise Http404("No such workflow.")
     shown = authorizers.sees_executors(request.user)
+    runs = list(selectors.runs_filtered({"workflow": workflow.slug}).qs[:20])
     context = {
         "definition": services.file_form([workflow], executors=shown), "definition_has_executors": shown,
         "workflow": workflow, "ticks": next_ticks(workflow.schedule) if workflow.schedule else [],
         "policy_history": list(selectors.policy_history(workflow=workflow)),
-        "runs": list(selectors.runs_filtered({"workflow": workflow.slug}).qs[:20]),
+        "runs": runs, "grid": stage_selectors.stage_grid(workflow=workflow, runs=runs),
         "executors": executor_names(workflow),
     }
     template = "ledger/workflow_detail.html#workflow-body" if request.htmx else "ledger/workflow_detail.html"

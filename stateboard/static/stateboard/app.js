@@ -51,6 +51,9 @@
 
   document.addEventListener("click", function (event) {
     if (event.target.closest("[data-dismiss-error]")) { hideError(); }
+    // A plain (not htmx) form's button that asks first: data-ask="question".
+    var ask = event.target.closest("[data-ask]");
+    if (ask && !window.confirm(ask.getAttribute("data-ask"))) { event.preventDefault(); }
   });
 
   // On-call bulk selection: a "select all" checkbox for the rows of the filtered set.
