@@ -6,7 +6,7 @@ from django.urls import reverse
 
 from tests.browser.scenarios import agent_driver, escalation_workflow
 from tests.factories import assert_queries_flat, login, texts
-from tests.test_run_desk import escalated, failing
+from tests.ledger.web.test_run_desk import escalated, failing
 
 pytestmark = pytest.mark.django_db
 

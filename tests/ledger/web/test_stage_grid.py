@@ -10,7 +10,7 @@ from ledger.models import Run, Workflow
 from ledger.web import drawing
 from tests.browser.scenarios import agent_driver, approval_workflow, awaiting_approval_run, escalation_workflow
 from tests.factories import assert_queries_flat, login, texts
-from tests.test_run_desk import failing
+from tests.ledger.web.test_run_desk import failing
 
 pytestmark = pytest.mark.django_db
 
