@@ -314,8 +314,10 @@ def run_fleet(*, out, db_name: str, steps=DEFAULT_STEPS, seconds: float = 30.0, 
             cpu = Cpu(web_pid, db_name)
             REQUESTS.clear()
             cpu.start()
+            generator = time.process_time()
             step = asyncio.run(_fleet_step(base, tokens[:n], owner, seconds, warmup))
             web_cores, db_cores = cpu.stop()
+            generator_cores = (time.process_time() - generator) / cpu.elapsed
             requests = sum(count for kind, count in REQUESTS.items() if kind != "connections")
             per_request = cpu.elapsed * 1000 / max(requests, 1)
             web_ms, db_ms = web_cores * per_request, db_cores * per_request
@@ -331,7 +333,7 @@ def run_fleet(*, out, db_name: str, steps=DEFAULT_STEPS, seconds: float = 30.0, 
                 f"{_ms(step.trigger_ms):>9}, lease wait p95 (runs queued) {lease}, errors {errors} {step.errors or ''}, "
                 f"web {web_cores:.2f} cores, db {db_cores:.2f} cores")
             say(f"          {requests / cpu.elapsed:.0f} requests/s ({', '.join(f'{k} {v}' for k, v in sorted(REQUESTS.items()))}); "
-                f"per request: web CPU {web_ms:.2f} ms, database CPU {db_ms:.2f} ms")
+                f"per request: web CPU {web_ms:.2f} ms, database CPU {db_ms:.2f} ms; load generator {generator_cores:.2f} cores")
             report.add(Row(f"fleet N={n}: append p95", _ms(step.append_ms), target=f"≤ {APPEND_P95_TARGET_MS:.0f} ms",
                            verdict=verdict(ok)))
             report.figures[n] = {"append_p95_ms": p95, "trigger_p95_ms": percentile(step.trigger_ms, 95) if step.trigger_ms else None,
