@@ -18,6 +18,8 @@ import subprocess
 import time
 
 SERVERS = ("granian", "gunicorn")
+LISTEN_BACKLOG = 4096  # connections the kernel queues before granian accepts them
+REQUESTS_PER_WORKER = 4096  # requests a granian worker serves at once, long-polls included
 STOP_SECONDS = 10  # on SIGTERM, a worker still busy (a lease long-poll waits up to 30 s) is killed after this
 
 
@@ -57,8 +59,11 @@ def web_command(python: str, bind: str, server: str | None = None) -> list[str]:
                 "--worker-class", "gthread", "--threads", threads, "--keep-alive", "5",
                 "--access-logfile", "-", "--no-control-socket"]
     host, _, port = bind.rpartition(":")
+    # A waiting long-poll holds a request slot but no thread: granian's default of 512 requests per worker
+    # (its backlog over its workers) queued everything else behind a thousand waiting agents.
     return [python, "-m", "granian", "--interface", "asgi", "--host", host.strip("[]") or "127.0.0.1",
             "--port", port, "--workers", workers, "--no-ws", "--respawn-failed-workers",
+            "--backlog", str(LISTEN_BACKLOG), "--backpressure", str(REQUESTS_PER_WORKER),
             "--workers-kill-timeout", str(STOP_SECONDS), "--access-log", "stateboard.asgi:application"]
 
 
