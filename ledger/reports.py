@@ -169,7 +169,7 @@ def open_approvals(*, now: datetime) -> dict:
 
 
 def figures_of(total: dict, approvals: tuple[int, float] = (0, 0.0)) -> dict:
-    """The figures the reports show (the names of ``selectors.metrics``) from a sum of rollups."""
+    """The figures the reports show (the names of ``metrics_selectors.metrics``) from a sum of rollups."""
     p95 = histogram_percentile(total["latency_histogram"], 0.95)
     effects, completed = total["effects"], total["completed"]
     return {

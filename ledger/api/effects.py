@@ -4,7 +4,7 @@ from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema_view
 from rest_framework.response import Response
 
-from ledger import selectors, services
+from ledger import metrics_selectors, selectors, services
 from ledger.api.common import NewestFirstCursor, PolicyListApi
 from ledger.api.components import METRICS
 from ledger.api.operations import OPS
@@ -48,6 +48,6 @@ class MetricsApi(PolicyApi):
         since_at = services.parse_moment(since) if since else None
         if since and since_at is None:
             raise Invalid("validation_error", "since must be an ISO 8601 date-time.")
-        return Response(selectors.metrics(workflow_slug=request.query_params.get("workflow") or None,
+        return Response(metrics_selectors.metrics(workflow_slug=request.query_params.get("workflow") or None,
                                           since=since_at))
 

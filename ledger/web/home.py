@@ -7,7 +7,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger import selectors
+from ledger import metrics_selectors, selectors
 from ledger.models import TERMINAL_STATES, RunState
 from ledger.templatetags.board import TIME_MODES
 from stateboard.policy import ANY, Policy, page, safe_next
@@ -25,7 +25,7 @@ def _prometheus_value(value) -> str:
 def prometheus_metrics(request):
     """Public: the SPEC §7 figures in the Prometheus text format (0.0.4); figures without data left out."""
     lines = []
-    for name, help_text, kind, samples in selectors.prometheus_samples():
+    for name, help_text, kind, samples in metrics_selectors.prometheus_samples():
         samples = [(labels, value) for labels, value in samples if value is not None]  # no data: left out
         if not samples:
             continue

@@ -4,8 +4,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from knowledge.selectors import knowledge_metrics
+from ledger import metrics_selectors, selectors
 from ledger import reports as report_data
-from ledger import selectors
 from stateboard.policy import ANY, Policy, page
 
 
@@ -36,7 +36,7 @@ def reports(request):
         window = "7d"
     data = report_data.window_series(window=window)
     approvals = report_data.open_approvals(now=data["now"])
-    shared = {"recovery_accuracy": selectors.recovery_accuracy(), **knowledge_metrics(since=data["since"])}
+    shared = {"recovery_accuracy": metrics_selectors.recovery_accuracy(), **knowledge_metrics(since=data["since"])}
     overall_total = report_data.empty()
     workflows = []
     for workflow in selectors.workflow_list():

@@ -15,7 +15,7 @@ def _reasons() -> set[str]:
 @pytest.mark.slow  # the demo fleet against a live server
 def test_demo_once_produces_every_promised_fault(live_server, capsys):
     """One pass: the ledger holds each fault's decision, an executor effect and a pending approval; 0 duplicates."""
-    from ledger import selectors
+    from ledger import metrics_selectors
 
     call_command("demo", url=live_server.url, once=True, agents=3)
     out = capsys.readouterr().out
@@ -27,7 +27,7 @@ def test_demo_once_produces_every_promised_fault(live_server, capsys):
     assert Approval.objects.filter(kind="high_impact", status="pending").exists()
     assert LedgerEvent.objects.filter(actor="system:executor", kind="verified", stage="publish").exists()
     assert Run.objects.filter(state="escalated", decision__reason_code="retry_budget_exhausted").exists()
-    assert selectors.metrics()["duplicate_side_effects"] == 0
+    assert metrics_selectors.metrics()["duplicate_side_effects"] == 0
     decided = set(Approval.objects.exclude(decided_by="").values_list("decided_by", flat=True))
     assert "user:demo-editor" in decided and "user:editor" not in decided  # the fleet's own operator
 

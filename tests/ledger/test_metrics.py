@@ -75,7 +75,7 @@ def test_trigger_records_its_decision_latency_once_committed(client):
 @pytest.mark.django_db
 def test_duplicate_metric_counts_a_second_execution_only_without_proof_of_absence():
     """Unknown, checked absent, executed again: not a duplicate. Two executions with nothing between: one."""
-    from ledger import selectors
+    from ledger import metrics_selectors
 
     wf = make_workflow(stages=["deploy"], effect_stages=["deploy"], approval_stages=[])
     _, token = make_agent()
@@ -87,13 +87,13 @@ def test_duplicate_metric_counts_a_second_execution_only_without_proof_of_absenc
     driver.event(run["id"], "deploy", "started")
     last = driver.event(run["id"], "deploy", "succeeded", effect={"system": "k8s", "operation": "deploy",
                                                                   "reference": "d1"})
-    assert selectors.metrics(workflow_slug=wf.slug)["duplicate_side_effects"] == 0
+    assert metrics_selectors.metrics(workflow_slug=wf.slug)["duplicate_side_effects"] == 0
     LedgerEvent.objects.create(  # what a broken claim would let through: the same key executed again
         run_id=run["id"], intent=run["intent"], seq=Run.objects.get(id=run["id"]).event_count + 1, at=timezone.now(), stage="deploy",
         kind="succeeded", actor="agent:x",
         input_fingerprint=run["input_fingerprint"], policy_version="1", idempotency_key=last["idempotency_key"],
         hash="0" * 64)
-    assert selectors.metrics(workflow_slug=wf.slug)["duplicate_side_effects"] == 1
+    assert metrics_selectors.metrics(workflow_slug=wf.slug)["duplicate_side_effects"] == 1
 
 
 @pytest.mark.django_db

@@ -18,7 +18,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from ledger import selectors
+from ledger import metrics_selectors
 from ledger.models import ReplayEval
 from ledger.ops.scratch import scratch_connection
 from ledger.replay.episodes import replay
@@ -48,7 +48,7 @@ class Command(BaseCommand):
 
         with scratch_connection("replay", say=self.stderr.write):
             tally = replay(episodes=episodes, seed=seed, prefix=prefix, progress=progress)
-            ledger = selectors.metrics(since=started)
+            ledger = metrics_selectors.metrics(since=started)
         elapsed = time.monotonic() - began
         record = ReplayEval.objects.create(
             episodes=tally.episodes, decisions=tally.decisions, correct=tally.correct, accuracy=tally.accuracy,

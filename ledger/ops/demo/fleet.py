@@ -176,7 +176,7 @@ def round_tag(now: datetime | None = None) -> str:
 
 def summarize(records: list[dict], since: datetime) -> tuple[list[str], list[str]]:
     """The summary lines (scenario → run, decision, final state) and the check's failures."""
-    from ledger import selectors  # (d) spawned agents import this module: no Django
+    from ledger import metrics_selectors  # (d) spawned agents import this module: no Django
     from ledger.models import Run  # (d)
 
     ids = [r["run"] for r in records if r.get("run")]
@@ -190,7 +190,7 @@ def summarize(records: list[dict], since: datetime) -> tuple[list[str], list[str
     failures = [f"{r['scenario']}: {r['error']}" for r in records if r.get("error")]
     produced = {r.get("fault") for r in records}
     failures += [f"fault not produced: {name} ({what})" for name, what in PROMISED.items() if name not in produced]
-    twice = selectors.metrics(since=since)["duplicate_side_effects"]
+    twice = metrics_selectors.metrics(since=since)["duplicate_side_effects"]
     lines.append(f"check: {twice} effect(s) executed twice; "
                  f"{len(set(PROMISED) & produced)}/{len(PROMISED)} promised faults produced")
     if twice:

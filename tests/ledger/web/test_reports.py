@@ -11,7 +11,7 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from ledger import reports, selectors, services
+from ledger import metrics_selectors, reports, services
 from ledger.models import Approval, LedgerEvent, ReportRollup, Run
 from stateboard.stats import percentile
 from tests.factories import (
@@ -86,7 +86,7 @@ def _window_figures(window: str) -> dict:
 
 
 def test_rollups_give_the_figures_a_scan_of_the_runs_gives():
-    """Per workflow, the rollups of whole hours plus the live hour equal ``selectors.metrics`` over the same
+    """Per workflow, the rollups of whole hours plus the live hour equal ``metrics_selectors.metrics`` over the same
     window; the P95 is the bucket that holds the scanned P95."""
     busy, quiet = _history()
     assert services.rollups_refresh() >= 3  # hours 3 and 5 of busy, hour 3 of quiet
@@ -94,7 +94,7 @@ def test_rollups_give_the_figures_a_scan_of_the_runs_gives():
     figures, data = _window_figures("24h")
     now = timezone.now()
     for wf in (busy, quiet):
-        scanned = selectors.metrics(workflow_slug=wf.slug, since=data["since"], now=now)
+        scanned = metrics_selectors.metrics(workflow_slug=wf.slug, since=data["since"], now=now)
         mine = figures[wf.id]
         for name in ("runs", "effects", "duplicate_side_effects", "unverified_completions", "recovery_decisions",
                      "failed_runs", "escalated_runs", "open_approvals", "trigger_to_decision_samples"):
