@@ -14,7 +14,7 @@ from ledger.api.components import AGENT_EVENT_KINDS
 from ledger.domain import machine
 from ledger.domain.kinds import AGENT_KINDS, KINDS, EventKind
 from ledger.models import Approval, LedgerEvent, Run
-from ledger.services import events
+from ledger.services import event_kinds
 from ledger.services.writer import RunWriter, run_lock
 from stateboard import client
 from stateboard.mcp import kinds as mcp_kinds
@@ -35,7 +35,7 @@ def test_each_kind_has_its_handler_causes_and_schema(kind):
     spec = KINDS[kind]
     assert set(spec.causes) <= TRANSITION_CAUSES, f"{kind}: a cause the state machine does not know"
     if spec.agent_postable:
-        assert kind in events._HANDLERS, f"{kind}: agents post it, but no handler applies it"
+        assert kind in event_kinds.HANDLERS, f"{kind}: agents post it, but no handler applies it"
         assert kind in AGENT_EVENT_KINDS, f"{kind}: missing from the OpenAPI schema's event kinds"
     else:
         assert kind not in AGENT_EVENT_KINDS
@@ -47,7 +47,7 @@ def test_every_transition_cause_that_names_a_kind_is_declared_by_it():
 
 
 def test_the_handlers_are_exactly_the_agent_kinds():
-    assert set(events._HANDLERS) == AGENT_KINDS
+    assert set(event_kinds.HANDLERS) == AGENT_KINDS
 
 
 POSTED = [(str(kind), spec.summary) for kind, spec in KINDS.items() if spec.agent_postable]
