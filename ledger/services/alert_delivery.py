@@ -14,13 +14,12 @@ import hmac
 import json
 import logging
 
-import httpx
 from django.conf import settings
 from django.core.mail import send_mail
 
 from ledger.domain.alerts import OPEN_STATES, PAGERDUTY_SEVERITY
 from ledger.models import Alert, AlertChange, AlertSilence, Outbox
-from ledger.services.chat import TIMEOUT, esc, public_url
+from ledger.services.chat import esc, post_or_raise, public_url
 from ledger.services.notifications import notifications_send
 from ledger.services.outbox import ALERT_TASK, outbox_put
 from stateboard.roles import ONCALL, users_in_role
@@ -93,15 +92,8 @@ def _payload(alert: Alert, change: AlertChange) -> dict:
 
 
 def _post(url: str, body: bytes, headers: dict) -> None:
-    try:
-        answer = httpx.post(url, content=body, headers={"Content-Type": "application/json", **headers},
-                            timeout=TIMEOUT)
-    except httpx.HTTPError as exc:
-        raise AlertUndelivered(f"unreachable: {type(exc).__name__}") from None
-    if answer.status_code >= 500 or answer.status_code in (408, 429):
-        raise AlertUndelivered(f"answered {answer.status_code}")
-    if answer.status_code >= 400:
-        log.warning("alert delivery refused for good (%s %s); dropped", answer.status_code, answer.text[:200])
+    post_or_raise(url, AlertUndelivered, "alert receiver", content=body,
+                  headers={"Content-Type": "application/json", **headers})
 
 
 def _webhook(alert, change, payload) -> None:

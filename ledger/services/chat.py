@@ -170,6 +170,22 @@ def chat_reply(*, response_url: str, text: str, dedupe_key: str, replace: bool) 
     return outbox_put(task=CHAT_TASK, kwargs={"body": body, "response_url": response_url}, dedupe_key=dedupe_key)
 
 
+def post_or_raise(url: str, unavailable: type[Exception], what: str, **request) -> bool:
+    """POST to a receiver (``request``: httpx's ``json=`` or ``content=``, ``headers=``): True when taken, False
+    when refused for good (another 4xx: logged, dropped); raises ``unavailable`` when worth trying again
+    (unreachable, 5xx, 408, 429). The chat messages' and the alerts' deliveries share it."""
+    try:
+        answer = httpx.post(url, timeout=TIMEOUT, **request)
+    except httpx.HTTPError as exc:
+        raise unavailable(f"{what} unreachable: {type(exc).__name__}") from None
+    if answer.status_code >= 500 or answer.status_code in (408, 429):
+        raise unavailable(f"{what} answered {answer.status_code}")
+    if answer.status_code >= 400:
+        log.warning("%s refused for good (%s %s); dropped", what, answer.status_code, answer.text[:200])
+        return False
+    return True
+
+
 def chat_deliver(*, body: dict, response_url: str = "") -> str:
     """POST one message (run by the outbox relay). Raises ``ChatUnavailable`` when it should be tried again
     (unreachable, 5xx, 408, 429); a message the service refuses for good (another 4xx) is logged and dropped."""
@@ -177,13 +193,4 @@ def chat_deliver(*, body: dict, response_url: str = "") -> str:
     if not url:
         log.warning("chat: a message was queued but STATEBOARD_CHAT_WEBHOOK_URL is no longer set; dropped")
         return "dropped"
-    try:
-        answer = httpx.post(url, json=body, timeout=TIMEOUT)
-    except httpx.HTTPError as exc:
-        raise ChatUnavailable(f"chat service unreachable: {type(exc).__name__}") from None
-    if answer.status_code >= 500 or answer.status_code in (408, 429):
-        raise ChatUnavailable(f"chat service answered {answer.status_code}")
-    if answer.status_code >= 400:
-        log.warning("chat: message refused for good (%s %s); dropped", answer.status_code, answer.text[:200])
-        return "dropped"
-    return "delivered"
+    return "delivered" if post_or_raise(url, ChatUnavailable, "chat service", json=body) else "dropped"
