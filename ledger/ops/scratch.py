@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import re
 import secrets
 import tempfile
@@ -20,6 +21,9 @@ from django.db import connections
 from psycopg import sql
 
 NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+# A migrated database to copy instead of creating an empty one (the suite sets it: tests/template_db.py);
+# what is copied is migrated all the same.
+TEMPLATE_ENV = "STATEBOARD_SCRATCH_TEMPLATE"
 
 
 class ScratchRefused(CommandError):
@@ -45,6 +49,18 @@ def _admin_connect():
     raise ScratchRefused(f"Cannot reach the PostgreSQL server of DATABASE_URL: {last}")
 
 
+def _create(admin, name: str) -> None:
+    template = os.environ.get(TEMPLATE_ENV)
+    if template:
+        try:
+            admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name),
+                                                                          sql.Identifier(template)))
+            return
+        except (psycopg.errors.InvalidCatalogName, psycopg.errors.ObjectInUse):
+            pass  # gone, or in use: an empty one, migrated from the start
+    admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
 @contextlib.contextmanager
 def server_database(name: str, *, marker: str, say, keep: bool = False):
     """``CREATE DATABASE name`` on the configured PostgreSQL server, ``DROP`` it after (unless ``keep``).
@@ -56,7 +72,7 @@ def server_database(name: str, *, marker: str, say, keep: bool = False):
         raise ScratchRefused(f"The scratch database must not be the configured one ({name!r}).")
     with _admin_connect() as admin:
         try:
-            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            _create(admin, name)
         except psycopg.errors.DuplicateDatabase:
             raise ScratchRefused(f"Database {name!r} already exists on the server; a scratch database is one this "
                                  f"run creates, since it is dropped at the end. Pick another name, or drop it "
