@@ -7,7 +7,8 @@ requests of the last hour, and its token's state — four statements whatever th
 - leases: the ``leased`` events of the last hour that gave a run to the agent (the ledger records every lease);
 - refusals: the audit's refused entries of the last hour whose actor is the agent, by code (the pipeline records
   every refused request of an agent's, ``stateboard.policy.refusal_audit``);
-- token: ``active`` while one of its tokens is not revoked, else ``revoked``.
+- token: ``active`` while one of its tokens is not revoked (and its user is active: a deactivated one's token
+  answers 401 too), else ``revoked``.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def fleet(now: datetime.datetime | None = None, *, name: str | None = None) -> l
     now = now or timezone.now()
     since = now - WINDOW
     named = Agent.objects.filter(user__username=name) if name is not None else Agent.objects.all()
-    agents = list(named.values("user_id", "user__username", "owner__username").annotate(
+    agents = list(named.values("user_id", "user__username", "user__is_active", "owner__username").annotate(
         last_request_at=Max("user__api_tokens__last_used_at"),
         active_tokens=Count("user__api_tokens", filter=Q(user__api_tokens__revoked_at__isnull=True)),
     ).order_by("user__username"))
@@ -72,6 +73,7 @@ def fleet(now: datetime.datetime | None = None, *, name: str | None = None) -> l
         refusals[actors[actor]][code or "refused"] = n
     return [FleetRow(name=a["user__username"], last_request_at=a["last_request_at"], runs_held=held[a["user_id"]],
                      leases_last_hour=leases.get(a["user_id"], 0), refusals_last_hour=refusals[a["user_id"]],
-                     token_state="active" if a["active_tokens"] else "revoked", owner=a["owner__username"] or "")
+                     token_state="active" if a["active_tokens"] and a["user__is_active"] else "revoked",
+                     owner=a["owner__username"] or "")
             for a in agents]
 

@@ -135,11 +135,12 @@ def refusal_audit(policy: Policy | None, exc: Exception, request, kwargs: dict) 
     unauthenticated and unparsable requests are never recorded (DRF's exceptions, not ``DomainError``)."""
     if policy is None or not request.user.is_authenticated:
         return
-    audited = policy.audit is not None and (isinstance(exc, Refused) or (policy.audit_all and isinstance(exc, DomainError)))
-    if not audited and not (isinstance(exc, DomainError) and exc.status_code < 500 and is_agent(request.user)):
+    domain = isinstance(exc, DomainError)
+    audited = policy.audit is not None and (isinstance(exc, Refused) or (policy.audit_all and domain))
+    if not audited and not (domain and exc.status_code < 500 and is_agent(request.user)):
         return
     refusal_recorder(request.user, action=policy.audit or _route_action(request), code=exc.code, request=request,
-                     kwargs=kwargs, errors=exc.extra.get("errors") if isinstance(exc, DomainError) else None)
+                     kwargs=kwargs, errors=exc.extra.get("errors") if domain else None)
 
 
 def _route_action(request) -> str:

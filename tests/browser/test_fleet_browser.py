@@ -1,6 +1,9 @@
 """The fleet in a real browser: an owner's revoke asks first; declining revokes nothing, confirming swaps the
 agent's row in place to a revoked token, and the agent's next call is refused."""
 
+import os
+from pathlib import Path
+
 import pytest
 from playwright.sync_api import expect
 
@@ -10,7 +13,7 @@ from tests.factories import client_for, make_agent
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_revoking_an_agents_token_asks_first_then_swaps_the_row(live_server, page, log_in):
+def test_revoking_an_agents_token_asks_first_then_swaps_the_row(live_server, page, log_in, tmp_path):
     user, token = make_agent()
     assert client_for(token).get("/api/v1/workflows/").status_code == 200  # a last request to show
     log_in("owner")
@@ -32,5 +35,8 @@ def test_revoking_an_agents_token_asks_first_then_swaps_the_row(live_server, pag
     expect(row.locator("[data-changed]")).to_contain_text("is revoked")
     expect(row.locator("[data-action=revoke]")).to_have_count(0)
     assert AuditEntry.objects.get(action="token_revoke").reason == "key leaked in a log"
+    shots = Path(os.environ.get("STATEBOARD_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(shots / "fleet.png"), full_page=True)
     answer = client_for(token).get("/api/v1/workflows/")
     assert answer.status_code == 401 and answer.json()["code"] == "authentication_failed"

@@ -96,6 +96,10 @@ def test_an_owner_revokes_an_agents_token_audited_and_its_next_call_is_401():
     assert again.status_code == 409 and again.json()["code"] == "token_revoked"
     assert AuditEntry.objects.filter(action="token_revoke").count() == 1
     assert _row(client_for(owner_token), user.username)["token"] == {"state": "revoked"}
+    deactivated, _ = make_agent()
+    deactivated.is_active = False
+    deactivated.save(update_fields=["is_active"])
+    assert _row(client_for(owner_token), deactivated.username)["token"] == {"state": "revoked"}
 
 
 def test_revoking_needs_a_reason_and_a_known_agent():
