@@ -114,6 +114,19 @@ def may_save_view(user, subject=None) -> None:
     require_person(user, *HUMAN_ROLES, detail="Agents may not save views; a person does.")
 
 
+FLEET_ROLES = (OWNER, ONCALL)
+
+
+def may_see_fleet(user, subject=None) -> None:
+    """The fleet (SPEC §15): every agent's requests, runs and token; read by a person who is an owner or on-call."""
+    require_person(user, *FLEET_ROLES, detail=only_roles_may(FLEET_ROLES, "see the fleet"))
+
+
+def may_revoke_agent(user, agent=None) -> None:
+    """Revoke an agent's token from the fleet (SPEC §15): a person who is an owner."""
+    require_person(user, OWNER, detail=only_roles_may([OWNER], "revoke an agent's token"))
+
+
 ONCALL_ACTIONS = {"retry": may_retry, "compensate": may_compensate, "abandon": may_abandon}
 
 
@@ -129,5 +142,6 @@ def may_act_in_bulk(user, action: str) -> None:
 BY_NAME = {
     "decide": may_decide_approval, "retry": may_retry, "compensate": may_compensate, "abandon": may_abandon,
     "rollback": may_rollback, "trigger": may_trigger, "edit_workflow": may_edit_workflow, "save_view": may_save_view,
-    "handle_alert": may_handle_alert, "silence_alert": may_silence_alert,
+    "handle_alert": may_handle_alert, "silence_alert": may_silence_alert, "see_fleet": may_see_fleet,
+    "revoke_agent": may_revoke_agent,
 }

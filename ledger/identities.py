@@ -1,11 +1,14 @@
-"""Creating agents and operators (used by the commands, the demo seed and the tests)."""
+"""Creating agents and operators (used by the commands, the demo seed and the tests); revoking an agent's
+token from the fleet (SPEC §15), through ``ledger.auth.token_revoke``."""
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
 
-from ledger.auth import token_issue
-from ledger.models import Agent, SlackIdentity
+from ledger import authorizers
+from ledger.auth import token_issue, token_revoke
+from ledger.models import Agent, ApiToken, SlackIdentity
+from stateboard.errors import Conflict, NotFound
 from stateboard.roles import AGENT, HUMAN_ROLES
 
 
@@ -54,3 +57,19 @@ def slack_identity_set(*, user, slack_id: str) -> SlackIdentity:
     if identity.user_id != user.pk:
         raise ValueError(f"Slack user {slack_id} is already mapped to {identity.user.get_username()!r}.")
     return identity
+
+
+def agent_revoke(*, name: str, user, reason: str) -> Agent:
+    """Revoke every active token of the agent ``name`` (``may_revoke_agent``): each through
+    ``token_revoke``, audited (``token_revoke``, with ``reason``) as done by ``user``; the agent's next call
+    is 401 ``authentication_failed``. 404 ``agent_not_found``; 409 ``token_revoked`` when none is active."""
+    authorizers.may_revoke_agent(user)
+    agent = Agent.objects.select_related("user").filter(user__username=name).first()
+    if agent is None:
+        raise NotFound("agent_not_found", f"No agent {name!r}.")
+    with transaction.atomic():
+        hashes = list(ApiToken.objects.filter(user=agent.user, revoked_at__isnull=True)
+                      .select_for_update().values_list("key_hash", flat=True))
+        if not sum(token_revoke(key_hash=key_hash, user=user, reason=reason) for key_hash in hashes):
+            raise Conflict("token_revoked", f"{name}'s token is revoked already.")
+    return agent

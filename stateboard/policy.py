@@ -129,12 +129,24 @@ refusal_recorder: Callable = _no_recorder
 
 def refusal_audit(policy: Policy | None, exc: Exception, request, kwargs: dict) -> None:
     """Record a refusal under the policy's ``audit`` action (who could not act; with ``audit_all`` also
-    conflicts and validation errors). Throttled and unauthenticated requests are never recorded."""
-    if policy is None or policy.audit is None or not request.user.is_authenticated:
+    conflicts and validation errors). An agent's request refused by a rule of the product (any 4xx
+    ``DomainError``: a conflict, a validation error, a missing object) is recorded too, once, under the
+    policy's ``audit`` action or the route's name: the fleet counts them by code (SPEC §15). Throttled,
+    unauthenticated and unparsable requests are never recorded (DRF's exceptions, not ``DomainError``)."""
+    if policy is None or not request.user.is_authenticated:
         return
-    if isinstance(exc, Refused) or (policy.audit_all and isinstance(exc, DomainError)):
-        refusal_recorder(request.user, action=policy.audit, code=exc.code, request=request, kwargs=kwargs,
-                         errors=exc.extra.get("errors") if isinstance(exc, DomainError) else None)
+    domain = isinstance(exc, DomainError)
+    audited = policy.audit is not None and (isinstance(exc, Refused) or (policy.audit_all and domain))
+    if not audited and not (domain and exc.status_code < 500 and is_agent(request.user)):
+        return
+    refusal_recorder(request.user, action=policy.audit or _route_action(request), code=exc.code, request=request,
+                     kwargs=kwargs, errors=exc.extra.get("errors") if domain else None)
+
+
+def _route_action(request) -> str:
+    """An agent's refused request to an endpoint whose policy names no ``audit`` action: its route's name."""
+    match = getattr(request, "resolver_match", None)
+    return (match.url_name if match is not None and match.url_name else "request")[:40]
 
 
 def lockout_audit(policy: Policy, request, key: str) -> None:

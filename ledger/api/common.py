@@ -198,7 +198,7 @@ def agents_of_lease(request, kwargs) -> list[list[str]]:
 def refusal_record(user, *, action: str, code: str, request, kwargs: dict, errors=None, actor: str = "") -> None:
     """``stateboard.policy.refusal_recorder``: what was refused, named by the path (else the body's key or
     workflow), recorded by ``services.audit.refusal_audit``."""
-    target = kwargs.get("key") or kwargs.get("slug") or request_field(request, "key") \
+    target = kwargs.get("key") or kwargs.get("slug") or kwargs.get("name") or request_field(request, "key") \
         or request_field(request, "workflow")
     refusal_audit(user=user, action=action, code=code, run_id=kwargs.get("run_id"),
                   approval_id=kwargs.get("approval_id"), target=str(target), reason=request_field(request, "reason"),

@@ -184,6 +184,16 @@ OPS = named({
     "alerts_silence_destroy": Op(
         "End a silence", "Ends the rule's silence now; its open alerts are delivered once. On-call or an owner.",
         {404: ["workflow_not_found", "alert_rule_not_found", "silence_not_found"]}),
+    "agents_list": Op(
+        "List the fleet",
+        "Every agent (SPEC §15), by name: `last_request_at` (accurate to a minute), `runs_held` (the ids of the "
+        "runs it holds now), `leases_last_hour`, `refusals_last_hour` (its refused requests of the last hour, "
+        "by code) and `token.state` (`active` or `revoked`). Owners and on-call."),
+    "agents_revoke_create": Op(
+        "Revoke an agent's token",
+        "`{reason}` (required): every active token of the agent is revoked, each audited (`token_revoke`); the "
+        "agent's next call is 401 `authentication_failed`. Answers the agent's row. Owners only.",
+        {404: ["agent_not_found"], 409: ["token_revoked"], 422: ["validation_error"]}),
     "notifications_list": Op(
         "List my notifications",
         "The caller's notifications newest first (`unread=1`: unread ones only). Any signed-in identity.",

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from ledger.api import (
+    agents,
     alerts,
     approvals,
     checkpoints,
@@ -40,6 +41,8 @@ urlpatterns = [
     path("alerts/<str:alert_id>/", alerts.AlertDetailApi.as_view(), name="alert_detail"),
     path("alerts/<str:alert_id>/acknowledge/", alerts.AlertAcknowledgeApi.as_view(), name="alert_acknowledge"),
     path("alerts/<str:alert_id>/resolve/", alerts.AlertResolveApi.as_view(), name="alert_resolve"),
+    path("agents/", agents.AgentListApi.as_view(), name="agent_list"),
+    path("agents/<str:name>/revoke/", agents.AgentRevokeApi.as_view(), name="agent_revoke"),
     path("effects/", effects.EffectListApi.as_view(), name="effect_list"),
     path("metrics/", effects.MetricsApi.as_view(), name="metrics"),
     path("notifications/", notifications.NotificationListApi.as_view(), name="notification_list"),

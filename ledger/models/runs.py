@@ -66,6 +66,9 @@ class ApiToken(models.Model):
     prefix = models.CharField(max_length=8)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # When the token last authenticated a request, accurate to ``ledger.auth.LAST_USED_PRECISION`` (the request
+    # path writes it only when older than that): the fleet's "last request" (SPEC §15).
+    last_used_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name, verbose_name_plural = "API token", "API tokens"
@@ -415,7 +418,10 @@ class AuditEntry(models.Model):
     class Meta:
         ordering = ["-at"]
         verbose_name_plural = "audit entries"
-        indexes = [models.Index(fields=["run", "at"], name="audit_run_at")]
+        indexes = [models.Index(fields=["run", "at"], name="audit_run_at"),
+                   # the fleet's refusals of the last hour, by actor (SPEC §15)
+                   models.Index(fields=["actor", "at"], name="audit_refused_actor_at",
+                                condition=models.Q(outcome="refused"))]
         triggers = append_only_triggers()
 
     def __str__(self):

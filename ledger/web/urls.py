@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from ledger import web
-from ledger.web import alerts, notifications, rollback
+from ledger.web import agents, alerts, notifications, rollback
 
 app_name = "ledger"
 urlpatterns = [
@@ -22,6 +22,8 @@ urlpatterns = [
     path("oncall/runs/<uuid:run_id>/compensate/", web.run_compensate, name="run_compensate"),
     path("oncall/runs/<uuid:run_id>/abandon/", web.run_abandon, name="run_abandon"),
     path("alerts/", alerts.alert_list, name="alert_list"),
+    path("agents/", agents.agent_list, name="agent_list"),
+    path("agents/<str:name>/revoke/", agents.agent_revoke, name="agent_revoke"),
     path("notifications/", notifications.notification_list, name="notification_list"),
     path("notifications/<int:notification_id>/read/", notifications.notification_read, name="notification_read"),
     path("notifications/read-all/", notifications.notification_read_all, name="notification_read_all"),

@@ -216,6 +216,13 @@ CASES = {
         reverse("ledger:saved_view_create"), {"name": unique("view"), "query": "state=failed"}, **HX)),
     "bulk retry": Case(A[L + "may_act_in_bulk"], _escalated, lambda m: "retry", page=lambda c, m: c.post(
         reverse("ledger:oncall_bulk"), {"action": "retry", "run": [m["run"]], "reason": "matrix"}, **HX)),
+    "see fleet": Case(A[L + "may_see_fleet"], lambda p: {}, lambda m: None,
+                      api=lambda c, m: c.get("/api/v1/agents/"),
+                      page=lambda c, m: c.get(reverse("ledger:agent_list"), **HX)),
+    "revoke agent": Case(A[L + "may_revoke_agent"], lambda p: {"name": make_agent()[0].username}, lambda m: None,
+                         api=lambda c, m: _post(c, f"/api/v1/agents/{m['name']}/revoke/", {"reason": "matrix"}),
+                         page=lambda c, m: c.post(reverse("ledger:agent_revoke", args=[m["name"]]),
+                                                  {"reason": "matrix"}, **HX)),
     "reconcile": Case(A[K + "may_reconcile"], lambda p: {}, lambda m: None,
                       api=lambda c, m: _post(c, "/api/v1/knowledge/reconcile/", {"entries": []})),
     "propose": Case(A[K + "may_propose"], lambda p: {}, lambda m: None,

@@ -20,7 +20,7 @@ from tests.browser.scenarios import (
     escalated_run,
     escalation_workflow,
 )
-from tests.factories import HX, make_operator, page_client
+from tests.factories import HX, make_agent, make_operator, page_client
 from tests.knowledge.conftest import proposal
 
 pytestmark = pytest.mark.django_db
@@ -71,7 +71,7 @@ def world():
                                 created_at=timezone.now())
     return {"run_id": escalated["id"], "approval_id": approval["id"], "slug": workflow.slug, "key": claim.key,
             "notification_id": Notification.objects.get(user=owner).id, "prefix": failed["id"][:8],
-            "runs": [failed["id"], escalated["id"]], "owner": owner}
+            "runs": [failed["id"], escalated["id"]], "owner": owner, "name": make_agent()[0].username}
 
 
 def _form_urls(world, client) -> list[str]:

@@ -137,7 +137,10 @@ def test_a_run_scoped_write_is_refused_unless_the_caller_holds_the_lease(route, 
     queued = fleet.b.client.post(_url(route, {"run_id": fleet.queued}), body, format="json")
     assert queued.status_code == 409 and queued.json()["code"] == "not_leased", queued.content
     assert fleet.written() == before
-    assert AuditEntry.objects.filter(code__in=["lease_held", "not_leased"]).count() == 0  # conflicts: not refusals
+    # each conflict is recorded once, as the agent's refused request the fleet counts (SPEC §15)
+    recorded = AuditEntry.objects.filter(code__in=["lease_held", "not_leased"])
+    assert sorted(recorded.values_list("code", "outcome", "actor")) == sorted(
+        (code, "refused", f"agent:{fleet.b_user.username}") for code in ("lease_held", "not_leased"))
     Run.objects.filter(id=fleet.held).update(lease_owner="", lease_id=None)  # a run nobody holds
     nobody = fleet.b.client.post(_url(route, {"run_id": fleet.held}), body, format="json")
     assert nobody.status_code == 409 and nobody.json()["code"] == "not_leased", nobody.content
@@ -316,6 +319,8 @@ PAGE_ACTIONS = {
     "ledger:run_retry": PageAction(_run_form(_escalated), frozenset({"oncall"})),
     "ledger:run_compensate": PageAction(_run_form(_escalated), frozenset({"oncall"})),
     "ledger:run_abandon": PageAction(_run_form(_escalated), frozenset({"oncall"})),
+    "ledger:agent_revoke": PageAction(lambda p: ({"name": make_agent()[0].username}, {"reason": "matrix"}),
+                                      frozenset({"owner"})),
     "ledger:notification_read": PageAction(_notification, frozenset(ROLES)),
     "ledger:notification_read_all": PageAction(lambda p: ({}, {}), frozenset(ROLES)),
     "time_mode": PageAction(lambda p: ({}, {"mode": "utc"}), frozenset(ROLES)),
