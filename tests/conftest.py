@@ -66,6 +66,7 @@ SLOW_FIXTURES = {
     "bench_command": "runs `manage.py bench` in a process of its own",
     "workers": "starts real Celery worker processes",
     "browser": "drives Chromium",
+    "live_server": "serves the app on a thread of its own for clients over real HTTP",
 }
 
 

@@ -125,6 +125,7 @@ def test_replay_eval_passes_records_accuracy_and_metrics_show_it(client):
     assert "stateboard_trigger_to_decision_p95_seconds " not in prometheus  # no replayed run skews it
 
 
+@pytest.mark.slow  # replay_eval in a scratch database of its own
 @pytest.mark.django_db
 def test_replay_eval_fails_when_one_recovery_rule_is_broken(monkeypatch):
     """Mutation: rule 3 answering `fresh` instead of `verify_only` makes replay_eval exit non-zero."""
@@ -147,6 +148,7 @@ def test_replay_eval_fails_when_one_recovery_rule_is_broken(monkeypatch):
     assert record.correct < record.decisions and record.accuracy < 1.0
 
 
+@pytest.mark.slow  # replay_eval in a scratch database of its own
 @pytest.mark.django_db
 def test_replay_eval_writes_no_identity_workflow_or_run_into_the_configured_database():
     """The episodes' users, live tokens, workflows and runs go to a scratch database of their own, dropped at

@@ -20,7 +20,7 @@ from ledger.models import Effect, LedgerEvent, Run
 from stateboard.client import Client
 from tests.factories import make_agent, make_operator
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]  # each example runs as a process
 
 ROOT = Path(__file__).resolve().parents[2]
 

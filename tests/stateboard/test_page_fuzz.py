@@ -105,6 +105,7 @@ def test_a_nul_in_any_page_form_field_is_refused_and_nothing_is_written(world, r
     assert _state() == before
 
 
+@pytest.mark.slow  # every page form × hostile values, like the API's schemathesis run
 @pytest.mark.parametrize("role", ["editor", "owner"])
 def test_hostile_values_in_page_forms_never_answer_a_server_error(world, role):
     client = page_client(world["owner"] if role == "owner" else make_operator(role)[0])
