@@ -30,6 +30,17 @@ def test_demo_once_produces_every_promised_fault(live_server, capsys):
     assert metrics_selectors.metrics()["duplicate_side_effects"] == 0
     decided = set(Approval.objects.exclude(decided_by="").values_list("decided_by", flat=True))
     assert "user:demo-editor" in decided and "user:editor" not in decided  # the fleet's own operator
+    # the agents cite the facts their packet served, so /claims/ 'cited by' names runs (issue 41)
+    from knowledge.models import ClaimCitation
+    from ledger.ops.demo.claims import FACT_KEYS, STALE_KEYS
+    cited = set(ClaimCitation.objects.filter(found=True).values_list("key", flat=True))
+    assert cited & FACT_KEYS and not cited & STALE_KEYS, cited
+    from django.urls import reverse
+
+    from tests.factories import login
+    key = sorted(cited & FACT_KEYS)[0]
+    page = login("viewer")[0].get(reverse("knowledge:claim_list"), {"q": key}).content.decode()
+    assert "/runs/" in page.split(f'data-claim="{key}"')[1].split("</tr>")[0]
 
 
 def test_demo_setup_twice_changes_nothing_but_tokens():
