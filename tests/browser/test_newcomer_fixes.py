@@ -44,3 +44,34 @@ def test_rollback_from_the_run_page_asks_first_then_says_what_it_did(live_server
     expect(page.locator(".flash-success")).to_contain_text("queued for an agent")
     expect(page.locator("#run-badge")).not_to_have_text("completed")
     page.screenshot(path=str(_shots(tmp_path) / "rollback_done.png"), full_page=False)
+
+
+def test_the_ledger_table_fits_1400_px_with_long_references_and_evidence(live_server, page, log_in, tmp_path):
+    """Long unbroken effect references and evidence URIs wrap: the table is no wider than its card, and the
+    evidence column is inside it."""
+    workflow = make_workflow(stages=["build", "deploy"], effect_stages=["deploy"], approval_stages=[])
+    agent = agent_driver(workflow)
+    run = agent.trigger(intent="wide", inputs={"intent": "wide"})
+    agent.pass_stage(run["id"], "build")
+    reference = "9f2c1e0a" * 8  # the executor's record handler: the 64-hex idempotency key, unbroken
+    uri = "https://k8s.example.com/" + "0d15ea5e" * 8
+    agent.event(run["id"], "deploy", "started")
+    agent.event(run["id"], "deploy", "succeeded", effect={"system": "k8s", "operation": "deploy", "reference": reference})
+    agent.event(run["id"], "deploy", "verified", evidence=[
+        {"uri": uri, "observed_at": "2026-12-07T12:00:00+00:00", "excerpt": "rollout complete " * 10,
+         "digest": "sha256:" + "ab" * 32}])
+    log_in("viewer")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(f"{live_server.url}/runs/{run['id']}/")
+    card = page.locator("#event-list")
+    expect(card.locator("table.events")).to_be_visible()
+    sizes = card.evaluate("""card => { const t = card.querySelector('table.events');
+        const ev = t.querySelector('tr[data-kind=verified] td:last-child').getBoundingClientRect();
+        const box = card.getBoundingClientRect();
+        return {table: t.scrollWidth, room: card.clientWidth, page: document.documentElement.scrollWidth,
+                viewport: window.innerWidth, evRight: ev.right, evWidth: ev.width, cardRight: box.right}; }""")
+    assert sizes["table"] <= sizes["room"], sizes
+    assert sizes["page"] <= sizes["viewport"], sizes
+    assert sizes["evWidth"] > 150 and sizes["evRight"] <= sizes["cardRight"] + 1, sizes
+    card.scroll_into_view_if_needed()
+    page.screenshot(path=str(_shots(tmp_path) / "ledger_1400.png"), full_page=False)
