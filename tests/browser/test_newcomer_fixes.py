@@ -1,5 +1,5 @@
 """What a newcomer found on the operators' pages (issue 41), in Chromium: the run page's rollback asks first
-and says what it did; the ledger table fits 1400 px."""
+and says what it did; the ledger table fits 1400 px; j/k in the inbox walk only what the user may decide."""
 
 import os
 from pathlib import Path
@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.scenarios import agent_driver, completed_run
+from tests.browser.scenarios import (
+    agent_driver,
+    approval_workflow,
+    awaiting_approval_run,
+    completed_run,
+    escalated_run,
+    escalation_workflow,
+)
 from tests.factories import make_workflow
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -75,3 +82,21 @@ def test_the_ledger_table_fits_1400_px_with_long_references_and_evidence(live_se
     assert sizes["evWidth"] > 150 and sizes["evRight"] <= sizes["cardRight"] + 1, sizes
     card.scroll_into_view_if_needed()
     page.screenshot(path=str(_shots(tmp_path) / "ledger_1400.png"), full_page=False)
+
+
+def test_editors_j_k_walk_only_the_requests_they_may_decide(live_server, page, log_in):
+    """An escalation waits for on-call: an editor's j/k pass it by and stop only on high-impact requests."""
+    from ledger.models import Approval
+
+    escalated_run(agent_driver(escalation_workflow()), "nightly")
+    agent = agent_driver(approval_workflow())
+    wanted = {f"approval-{awaiting_approval_run(agent, intent)[1]['id']}" for intent in ("post-a", "post-b")}
+    escalation = f"approval-{Approval.objects.get(kind='escalation').id}"
+    log_in("editor")
+    page.goto(f"{live_server.url}/approvals/")
+    expect(page.locator(f"#{escalation}")).to_be_visible()
+    visited = []
+    for key in "jjjkkk":
+        page.keyboard.press(key)
+        visited.append(page.locator("tr.selected").get_attribute("id"))
+    assert set(visited) == wanted, visited
