@@ -135,5 +135,17 @@ def test_the_living_demo_keeps_its_backlog_bounded(monkeypatch):
     assert [Run.objects.get(id=r).state for r in escalated] == ["abandoned", "abandoned", "escalated", "escalated"]
     assert Run.objects.get(id=outsider["id"]).state == "escalated"
     assert Approval.objects.get(id=approvals[0]).decided_by == f"user:{backlog.FLEET_EDITOR}"
-    assert "tidied" in Approval.objects.get(id=approvals[0]).reason
     assert backlog.backlog_tidy(keep=2) == {"rejected": 0, "abandoned": 0}
+    # the pages mark the demo's tidying as the demo's, never as a person's decision (issue 41)
+    from django.urls import reverse
+
+    from ledger import services
+    from tests.factories import login
+    oncall, person = login("oncall")
+    services.run_abandon(run_id=escalated[2], user=person, reason="the runner image is gone for good")
+    inbox = login("viewer")[0].get(reverse("ledger:approval_list")).content.decode()
+    assert "data-demo-tidying" in inbox.split(f'id="decided-{approvals[0]}"')[1].split("</tr>")[0]
+    tidied = oncall.get(reverse("ledger:run_detail", args=[escalated[0]])).content.decode()
+    assert "data-demo-tidying" in tidied.split('data-kind="abandoned"')[1].split("</tr>")[0]
+    by_person = oncall.get(reverse("ledger:run_detail", args=[escalated[2]])).content.decode()
+    assert "data-demo-tidying" not in by_person and "the runner image is gone" in by_person
