@@ -149,3 +149,22 @@ def test_the_living_demo_keeps_its_backlog_bounded(monkeypatch):
     assert "data-demo-tidying" in tidied.split('data-kind="abandoned"')[1].split("</tr>")[0]
     by_person = oncall.get(reverse("ledger:run_detail", args=[escalated[2]])).content.decode()
     assert "data-demo-tidying" not in by_person and "the runner image is gone" in by_person
+
+
+def test_the_fleet_stops_within_a_second_or_two_even_with_an_agent_busy():
+    """`up`'s Ctrl-C stops the demo: an agent busy in a scenario (or long-polling a server that is stopping
+    too) is terminated after the stop's grace, never waited out (issue 41: `up` took 11-13 s to stop)."""
+    import multiprocessing
+    import time
+
+    from ledger.ops.demo.fleet import Fleet
+
+    fleet = Fleet(url="http://127.0.0.1:9", agents={}, editor_token="", executors={})
+    ctx = multiprocessing.get_context("spawn")
+    fleet.tasks = ctx.Queue()
+    busy = ctx.Process(target=time.sleep, args=(30,), daemon=True)
+    busy.start()
+    fleet.procs = [busy]
+    started = time.monotonic()
+    fleet.stop()
+    assert not busy.is_alive() and time.monotonic() - started < 3
