@@ -4,7 +4,7 @@ budget counts, and the failure that escalated an intent (the most recent failed 
 from django.db.models import Count, Exists, F, OuterRef, Q, Subquery, Window
 from django.db.models.functions import RowNumber
 
-from ledger.models import LedgerEvent, Run
+from ledger.models import Effect, LedgerEvent, Run
 from stateboard.redact import redact
 
 ERROR_CHARS = 2000  # the failure's own text shown, at most (SPEC §15)
@@ -76,3 +76,37 @@ def with_failures(runs) -> list:
     for run in runs:
         run.failure = found.get((run.workflow_id, run.intent, run.input_fingerprint))
     return runs
+
+
+def runs_as_they_ran(runs) -> dict:
+    """Per run id, what the run itself did, from its own ledger (one read for all of ``runs``):
+    ``decision``, the decision it ran under (the latest ``decided`` before its last ``started``; one that
+    never started a stage, its first), ``later``, a decision made after it (a retry, goal change or
+    rollback deciding it again; None if none), and ``effects``, the effects its events name or its stage
+    states stand on, oldest claim first (never a later attempt's). Two reads for all of ``runs``."""
+    runs = list(runs)
+    events = (LedgerEvent.objects.filter(run_id__in=[r.id for r in runs], intent__in={r.intent for r in runs})
+              .filter(Q(kind__in=("decided", "started")) | ~Q(idempotency_key=""))
+              .order_by("run_id", "seq").values_list("run_id", "kind", "idempotency_key", "data"))
+    seen = {r.id: {"decisions": [], "ran": None, "keys": []} for r in runs}
+    for run_id, kind, key, data in events:
+        mine = seen[run_id]
+        if kind == "decided":
+            mine["decisions"].append(data if isinstance(data, dict) else {})
+        elif kind == "started":
+            mine["ran"] = len(mine["decisions"])
+        if key:
+            mine["keys"].append(key)
+    answer, keys = {}, set()
+    for run in runs:
+        mine = seen[run.id]
+        decisions = mine["decisions"] or [run.decision or {}]
+        ran = decisions[max((mine["ran"] or 1) - 1, 0)]
+        later = decisions[-1] if decisions[-1] is not ran else None
+        stood_on = [(s or {}).get("effect_key") for s in (run.stage_states or {}).values() if isinstance(s, dict)]
+        answer[run.id] = {"decision": ran, "later": later, "keys": {*mine["keys"], *filter(None, stood_on)}}
+        keys |= answer[run.id]["keys"]
+    effects = list(Effect.objects.filter(idempotency_key__in=keys).order_by("created_at", "claimed_seq")) if keys else []
+    for mine in answer.values():
+        mine["effects"] = [e for e in effects if e.idempotency_key in mine["keys"]]
+    return answer

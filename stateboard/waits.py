@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ class LeaseWaits:
         self.queue: deque[Waiter] = deque()
         self.generation = 0  # counts wake-ups: a request that missed one while it ran retries at once
         self.listening = False  # LISTEN in effect: every run queued from now on wakes a waiter
+        self.stopping = False  # the server was told to stop (``stop``): nobody waits any more
         self._listener: asyncio.Task | None = None
 
     def notify(self, slug: str | None, budget: int | None = None) -> None:
@@ -75,6 +77,12 @@ class LeaseWaits:
                 self.queue.remove(waiter)
                 waiter.woken.set_result((slug, budget - 1))
                 return
+
+    def stop(self) -> None:
+        """The server is stopping: every waiter answers now (its last look's 204) and none waits again, so the
+        server's drain does not wait out the long-polls (they hold nothing: an agent just asks again)."""
+        self.stopping = True
+        self.wake_all()
 
     def wake_all(self) -> None:
         """After a lost LISTEN connection: whatever was notified meanwhile is unknown, so everyone looks."""
@@ -207,9 +215,11 @@ class LeaseWaitingApp:
         self.app, self.waits, self.body_limit = asgi_app, waits, body_limit
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "lifespan":  # nothing to start or stop: the LISTEN task starts on first use
+        if scope["type"] == "lifespan":  # the LISTEN task starts on first use; a stop answers every waiter
             while True:
                 message = await receive()
+                if message["type"] == "lifespan.startup":
+                    stop_on_signals(self.waits)
                 await send({"type": f"{message['type']}.complete"})
                 if message["type"] == "lifespan.shutdown":
                     return
@@ -232,7 +242,7 @@ class LeaseWaitingApp:
                         await asyncio.get_running_loop().run_in_executor(None, lease_release, *granted)
                         return await _nothing(send)
                 seconds = captured.wait_seconds()
-                if seconds is None:
+                if seconds is None or self.waits.stopping:
                     return await captured.replay(send)
                 if deadline is None:
                     deadline = arrived + seconds
@@ -247,7 +257,7 @@ class LeaseWaitingApp:
                     continue  # a run was queued while this request looked: look again now
                 listened = self.waits.listening
                 woken = await self.waits.wait(Waiter(workflows_of(body), gone), remaining)
-                if gone.done():  # out of the queue before any wake-up could reach it
+                if gone.done() or self.waits.stopping:  # gone, or the server stops: its last answer now
                     return await captured.replay(send)
                 if woken is None and listened and self.waits.listening and time.monotonic() >= deadline:
                     # Its deadline, unwoken while LISTEN held: nothing was queued for it since its last look,
@@ -257,6 +267,30 @@ class LeaseWaitingApp:
         finally:
             if gone is not None:
                 gone.cancel()
+
+
+def stop_on_signals(waits: LeaseWaits, signals=(signal.SIGTERM, signal.SIGINT)) -> bool:
+    """When the worker is told to stop, answer its long-polls at once (``waits.stop``) instead of letting the
+    server's drain wait them out (up to their deadline, or its kill timeout). Chained before the handler the
+    server installed (granian's, through the event loop, is a Python handler too); nothing is installed
+    where none is (the default action stays) or off the main thread. Whether it was installed."""
+    loop = asyncio.get_running_loop()
+    installed = False
+    for sig in signals:
+        previous = signal.getsignal(sig)
+        if not callable(previous):
+            continue
+
+        def on_signal(signum, frame, previous=previous):
+            loop.call_soon_threadsafe(waits.stop)
+            previous(signum, frame)
+
+        try:
+            signal.signal(sig, on_signal)
+        except ValueError:  # not the main thread
+            return installed
+        installed = True
+    return installed
 
 
 async def client_gone(receive) -> None:

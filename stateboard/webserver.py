@@ -11,6 +11,7 @@ instead, where a long-poll does hold its thread: ``bench ledger`` measures both 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import socket
@@ -49,22 +50,54 @@ def web_threads() -> int:
     return _size("WEB_THREADS", 4)
 
 
+def access_log() -> str:
+    """Where the web server logs each request (``WEB_ACCESS_LOG``): "" (unset, or ``off``) not at all, the
+    default (the demo fleet alone made ~170 lines a minute, scrolling `up`'s own lines away), ``-`` on
+    standard output, else the path of a file it appends to."""
+    value = (os.environ.get("WEB_ACCESS_LOG") or "").strip()
+    return "" if value.lower() in ("", "off", "0", "false", "no") else value
+
+
+def _granian_access_log(path: str) -> list[str]:
+    """granian's options for its access log: on standard output as it is, or into ``path`` through a logging
+    configuration written beside it (granian's own, its access handler a file)."""
+    if path == "-":
+        return ["--access-log"]
+    path = os.path.abspath(path)
+    config = {"version": 1, "disable_existing_loggers": False,
+              "formatters": {"generic": {"()": "logging.Formatter", "fmt": "[%(levelname)s] %(message)s"},
+                             "access": {"()": "logging.Formatter", "fmt": "%(message)s"}},
+              "handlers": {"console": {"formatter": "generic", "class": "logging.StreamHandler",
+                                       "stream": "ext://sys.stdout"},
+                           "access": {"formatter": "access", "class": "logging.FileHandler", "filename": path}},
+              "loggers": {"_granian": {"handlers": ["console"], "level": "INFO", "propagate": False},
+                          "granian.access": {"handlers": ["access"], "level": "INFO", "propagate": False}}}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(f"{path}.logging.json", "w") as out:
+        json.dump(config, out)
+    return ["--access-log", "--log-config", f"{path}.logging.json"]
+
+
 def web_command(python: str, bind: str, server: str | None = None) -> list[str]:
     """The command serving stateboard.wsgi on ``bind`` (``host:port``) with ``server`` (default
-    ``WEB_SERVER``, else granian); ``WEB_WORKERS`` / ``WEB_THREADS`` override the sizes."""
+    ``WEB_SERVER``, else granian); ``WEB_WORKERS`` / ``WEB_THREADS`` override the sizes, ``WEB_ACCESS_LOG``
+    turns the access log on (``access_log``)."""
     server = server or server_name()
     workers, threads = str(_size("WEB_WORKERS", cores())), str(web_threads())
+    log = access_log()
     if server == "gunicorn":  # no control socket: gunicorn >= 25 opens one in the working directory
         return [python, "-m", "gunicorn", "stateboard.wsgi", "--bind", bind, "--workers", workers,
                 "--worker-class", "gthread", "--threads", threads, "--keep-alive", "5",
-                "--access-logfile", "-", "--no-control-socket"]
+                *(["--access-logfile", os.path.abspath(log) if log != "-" else "-"] if log else []),
+                "--no-control-socket"]
     host, _, port = bind.rpartition(":")
     # A waiting long-poll holds a request slot but no thread: granian's default of 512 requests per worker
     # (its backlog over its workers) queued everything else behind a thousand waiting agents.
     return [python, "-m", "granian", "--interface", "asgi", "--host", host.strip("[]") or "127.0.0.1",
             "--port", port, "--workers", workers, "--no-ws", "--respawn-failed-workers",
             "--backlog", str(LISTEN_BACKLOG), "--backpressure", str(REQUESTS_PER_WORKER),
-            "--workers-kill-timeout", str(STOP_SECONDS), "--access-log", "stateboard.asgi:application"]
+            "--workers-kill-timeout", str(STOP_SECONDS), *(_granian_access_log(log) if log else []),
+            "stateboard.asgi:application"]
 
 
 def processes_stop(processes, *, wait: float) -> None:

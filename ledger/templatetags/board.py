@@ -10,6 +10,7 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 
 from ledger.authorizers import BY_NAME
+from ledger.identities import DEMO_TIDYING
 from stateboard.errors import Refused
 from stateboard.moments import duration_words
 from stateboard.redact import redact as redact_text
@@ -65,6 +66,12 @@ ENDED_WORDS = {
 def ended_words(reason_code: str) -> str:
     """Why a run ended, in words (a stage's own failure code is shown as that code)."""
     return ENDED_WORDS.get(reason_code or "", f"a stage failed: {reason_code}" if reason_code else "")
+
+
+@register.filter
+def demo_tidying(reason) -> bool:
+    """Whether a decision's reason says the demo settled it itself (``identities.DEMO_TIDYING``)."""
+    return isinstance(reason, str) and reason.startswith(DEMO_TIDYING)
 
 
 def relative_words(moment: datetime, now: datetime) -> str:

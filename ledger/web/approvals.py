@@ -73,8 +73,12 @@ def _approval_decide(request, approval_id, *, approve: bool):
                                         reason=form.reason_text())
     approval = selectors.approval_get(approval_id=approval.id)
     if not request.htmx:
-        messages.success(request, f"Request {approval.stage or approval.kind} of {approval.run.workflow.slug} "
-                                  f"· {approval.run.intent} is {approval.status}.")
+        if approval.kind == Approval.Kind.ESCALATION:  # on-call's words, as /oncall/ says them
+            done = {"approved": "retried", "rejected": "abandoned"}.get(approval.status, approval.status)
+            messages.success(request, f"Escalated run {approval.run.workflow.slug} · {approval.run.intent}: {done}.")
+        else:
+            messages.success(request, f"Request {approval.stage or approval.kind} of {approval.run.workflow.slug} "
+                                      f"· {approval.run.intent} is {approval.status}.")
         return redirect(inbox)
     response = render(request, "ledger/approval_list.html#approval-row", {"approval": _with_packs([approval])[0]})
     trigger_client_event(response, "approval-changed", {"id": str(approval.id), "status": approval.status})

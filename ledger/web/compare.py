@@ -5,7 +5,7 @@ import uuid
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from ledger import selectors
+from ledger import attempt_selectors, selectors
 from ledger.domain.effects import stage_word
 from ledger.web.common import inputs_diff
 from stateboard.policy import ANY, Policy, page
@@ -26,8 +26,8 @@ def compare_context(a, b) -> dict:
     checkpoints = selectors.checkpoints_of_runs(run_ids=[a.id, b.id])
     times = {r.id: selectors.stage_times(run=r) for r in (a, b)}
     stages = list(dict.fromkeys([*a.workflow.stages, *b.workflow.stages]))
-    intent_effects = {r.id: list(selectors.effects_of_intent(run=r)) for r in (a, b)}
-    effects = {r.id: {e.stage: e for e in intent_effects[r.id]} for r in (a, b)}
+    ran = attempt_selectors.runs_as_they_ran([a, b])  # each run's own decision and effects, not its intent's
+    effects = {r.id: {e.stage: e for e in ran[r.id]["effects"]} for r in (a, b)}
     stage_rows = []
     for stage in stages:
         cells = []
@@ -41,14 +41,15 @@ def compare_context(a, b) -> dict:
                           "seconds": seconds, "effect": effects[r.id].get(stage)})
         same = cells[0]["status"] == cells[1]["status"]
         stage_rows.append({"stage": stage, "cells": cells, "same": same})
-    decisions = [{"field": f, "a": (a.decision or {}).get(f), "b": (b.decision or {}).get(f),
-                  "same": (a.decision or {}).get(f) == (b.decision or {}).get(f)} for f in DECISION_FIELDS]
-    effect_keys = sorted({e.idempotency_key for r in (a, b) for e in intent_effects[r.id]})
-    by_key = {r.id: {e.idempotency_key: e for e in intent_effects[r.id]} for r in (a, b)}
+    da, db = ran[a.id]["decision"], ran[b.id]["decision"]
+    decisions = [{"field": f, "a": da.get(f), "b": db.get(f), "same": da.get(f) == db.get(f)} for f in DECISION_FIELDS]
+    effect_keys = sorted({e.idempotency_key for r in (a, b) for e in ran[r.id]["effects"]})
+    by_key = {r.id: {e.idempotency_key: e for e in ran[r.id]["effects"]} for r in (a, b)}
     effect_rows = [{"key": k, "cells": [by_key[a.id].get(k), by_key[b.id].get(k)]} for k in effect_keys]
     cps = [checkpoints.get(str(a.id)), checkpoints.get(str(b.id))]
     return {"a": a, "b": b, "inputs": inputs_diff(a.inputs, b.inputs), "decisions": decisions,
             "stages": stage_rows, "effects": effect_rows, "checkpoints": cps,
+            "decided_again": [ran[a.id]["later"], ran[b.id]["later"]],
             "same_intent": a.workflow_id == b.workflow_id and a.intent == b.intent,
             "same_fingerprint": a.input_fingerprint == b.input_fingerprint}
 

@@ -6,6 +6,7 @@ the run page includes it with ``{% include "ledger/partials/run_goal_rollback.ht
 """
 
 from django.contrib import messages
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -55,12 +56,17 @@ def _run_page(request) -> str:
 @page(Policy(roles=ANY, authorizer=authorizers.may_rollback, subject=run_of_page, audit="rollback", audit_all=True),
       back=_run_page)
 def run_rollback(request, run_id):
-    """Roll the run back (on-call, owner). Works without JS: redirect to the run page with a message."""
+    """Roll the run back (on-call, owner): back to the run page with a message saying what happened (an
+    htmx caller is sent there too: the panel alone would leave the rest of the page as it was)."""
     to_stage, reason = request.POST.get("to_stage", ""), (request.POST.get("reason") or "")[:2000]
     compensate = request.POST.get("compensate") in ("on", "true", "1")
     run = services.run_rollback(run_id=run_id, user=request.user, to_stage=to_stage, reason=reason,
                                 compensate=compensate)
+    reason_code = (run.decision or {}).get("reason_code", "")
+    messages.success(request, f"Rolled back to {to_stage}: the run is {run.state}"
+                              + (f" ({reason_code}), queued for an agent." if run.state == "resume"
+                                 else ", waiting for the compensation's approval." if run.state == "compensate"
+                                 else "."))
     if request.htmx:
-        return render(request, PARTIAL, goal_rollback_context(run_or_404(run.id), request.user))
-    messages.success(request, f"Rolled back to {to_stage}: the run is {run.state}.")
+        return HttpResponse(status=204, headers={"HX-Redirect": _run_page(request)})
     return redirect(_run_page(request))

@@ -92,6 +92,13 @@ def _with_evidence(events) -> list:
     return events
 
 
+def _keys_named(keys, effect_rows) -> list[dict]:
+    """Effect keys as an operator reads them: ``{key, effect}``, the effect (its stage, system and
+    operation) found among the intent's rows, or None for a key none of them has."""
+    by_key = {e.idempotency_key: e for e in effect_rows}
+    return [{"key": key, "effect": by_key.get(key)} for key in keys]
+
+
 def run_page_context(run: Run, *, user, before: int | None = None, from_seq: int | None = None) -> dict:
     """Everything the run page shows, from one read of each source: the page, the live refresh and
     the older-events fragment all render from this, so every panel agrees with the run's state."""
@@ -111,6 +118,7 @@ def run_page_context(run: Run, *, user, before: int | None = None, from_seq: int
         "anchor": from_seq or oldest or 1, "older_than": oldest if oldest and oldest > 1 else None,
         "live": not run.is_terminal and before is None,
         "decision": run.decision or {},
+        "to_verify": _keys_named(((run.decision or {}).get("verify_effects") or []), effect_rows),
         "path": drawing.run_path(transitions, run.state),
         "machine": drawing.machine_table(transitions, run.state),
         "timeline": drawing.stage_timeline(run, selectors.run_stage_events(run=run), effect_rows, now=timezone.now()),

@@ -30,6 +30,17 @@ def test_demo_once_produces_every_promised_fault(live_server, capsys):
     assert metrics_selectors.metrics()["duplicate_side_effects"] == 0
     decided = set(Approval.objects.exclude(decided_by="").values_list("decided_by", flat=True))
     assert "user:demo-editor" in decided and "user:editor" not in decided  # the fleet's own operator
+    # the agents cite the facts their packet served, so /claims/ 'cited by' names runs (issue 41)
+    from knowledge.models import ClaimCitation
+    from ledger.ops.demo.claims import FACT_KEYS, STALE_KEYS
+    cited = set(ClaimCitation.objects.filter(found=True).values_list("key", flat=True))
+    assert cited & FACT_KEYS and not cited & STALE_KEYS, cited
+    from django.urls import reverse
+
+    from tests.factories import login
+    key = sorted(cited & FACT_KEYS)[0]
+    page = login("viewer")[0].get(reverse("knowledge:claim_list"), {"q": key}).content.decode()
+    assert "/runs/" in page.split(f'data-claim="{key}"')[1].split("</tr>")[0]
 
 
 def test_demo_setup_twice_changes_nothing_but_tokens():
@@ -124,5 +135,36 @@ def test_the_living_demo_keeps_its_backlog_bounded(monkeypatch):
     assert [Run.objects.get(id=r).state for r in escalated] == ["abandoned", "abandoned", "escalated", "escalated"]
     assert Run.objects.get(id=outsider["id"]).state == "escalated"
     assert Approval.objects.get(id=approvals[0]).decided_by == f"user:{backlog.FLEET_EDITOR}"
-    assert "tidied" in Approval.objects.get(id=approvals[0]).reason
     assert backlog.backlog_tidy(keep=2) == {"rejected": 0, "abandoned": 0}
+    # the pages mark the demo's tidying as the demo's, never as a person's decision (issue 41)
+    from django.urls import reverse
+
+    from ledger import services
+    from tests.factories import login
+    oncall, person = login("oncall")
+    services.run_abandon(run_id=escalated[2], user=person, reason="the runner image is gone for good")
+    inbox = login("viewer")[0].get(reverse("ledger:approval_list")).content.decode()
+    assert "data-demo-tidying" in inbox.split(f'id="decided-{approvals[0]}"')[1].split("</tr>")[0]
+    tidied = oncall.get(reverse("ledger:run_detail", args=[escalated[0]])).content.decode()
+    assert "data-demo-tidying" in tidied.split('data-kind="abandoned"')[1].split("</tr>")[0]
+    by_person = oncall.get(reverse("ledger:run_detail", args=[escalated[2]])).content.decode()
+    assert "data-demo-tidying" not in by_person and "the runner image is gone" in by_person
+
+
+def test_the_fleet_stops_within_a_second_or_two_even_with_an_agent_busy():
+    """`up`'s Ctrl-C stops the demo: an agent busy in a scenario (or long-polling a server that is stopping
+    too) is terminated after the stop's grace, never waited out (issue 41: `up` took 11-13 s to stop)."""
+    import multiprocessing
+    import time
+
+    from ledger.ops.demo.fleet import Fleet
+
+    fleet = Fleet(url="http://127.0.0.1:9", agents={}, editor_token="", executors={})
+    ctx = multiprocessing.get_context("spawn")
+    fleet.tasks = ctx.Queue()
+    busy = ctx.Process(target=time.sleep, args=(30,), daemon=True)
+    busy.start()
+    fleet.procs = [busy]
+    started = time.monotonic()
+    fleet.stop()
+    assert not busy.is_alive() and time.monotonic() - started < 3

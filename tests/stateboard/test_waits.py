@@ -86,25 +86,25 @@ def test_a_waiter_whose_client_went_is_never_woken_and_a_wake_up_goes_on():
     _run(scenario())
 
 
-def _lease_app(waits, looks: list):
+def _lease_app(waits, looks: list, may_wait: bytes = b"0.2"):
     """A LeaseWaitingApp over a stand-in for the WSGI app that answers every look 204 "may wait 0.2 s"."""
     from stateboard.waits import WAIT_HEADER, LeaseWaitingApp
 
     async def app(scope, receive, send):
         looks.append(1)
-        await send({"type": "http.response.start", "status": 204, "headers": [(WAIT_HEADER.encode(), b"0.2")]})
+        await send({"type": "http.response.start", "status": 204, "headers": [(WAIT_HEADER.encode(), may_wait)]})
         await send({"type": "http.response.body", "body": b""})
 
     return LeaseWaitingApp(app, waits, 1024)
 
 
-async def _lease(app) -> list[dict]:
+async def _lease(app, wait_seconds: bytes = b"0.2") -> list[dict]:
     sent, received = [], asyncio.Event()
 
     async def receive():
         if not received.is_set():
             received.set()
-            return {"type": "http.request", "body": b'{"wait_seconds": 0.2}', "more_body": False}
+            return {"type": "http.request", "body": b'{"wait_seconds": ' + wait_seconds + b"}", "more_body": False}
         await asyncio.Event().wait()  # the client stays
 
     async def send(message):
@@ -128,3 +128,54 @@ def test_at_its_deadline_a_waiter_answers_its_last_look_while_listen_holds_and_l
 
     assert _run(scenario(True)) == 1
     assert _run(scenario(False)) == 2
+
+
+def test_a_stop_answers_every_waiting_long_poll_at_once_and_no_request_waits_after_it():
+    """The server told to stop (``LeaseWaits.stop``): a 10 s long-poll gets its last look's 204 now, not at
+    its deadline (the drain would wait it out), and a lease asked afterwards answers at its first look."""
+    import time
+
+    async def scenario():
+        waits, looks = LeaseWaits(listen=False), []
+        app = _lease_app(waits, looks, b"10")
+        started = time.monotonic()
+        polling = asyncio.create_task(_lease(app, b"10"))
+        await asyncio.sleep(0.3)
+        assert not polling.done()
+        waits.stop()
+        sent = await asyncio.wait_for(polling, 1)
+        answered = time.monotonic() - started
+        assert sent[0]["status"] == 204 and answered < 1.5, answered
+        before = len(looks)
+        after = await asyncio.wait_for(_lease(app, b"10"), 1)
+        assert after[0]["status"] == 204 and len(looks) == before + 1
+
+    _run(scenario())
+
+
+def test_stop_on_signals_runs_before_the_servers_own_handler_and_leaves_default_actions_alone():
+    """granian's worker handles SIGTERM through its event loop: the hook answers the waiters and the
+    server's handler still runs. A signal nobody handles keeps its default action (no hook)."""
+    import os
+    import signal
+
+    from stateboard.waits import stop_on_signals
+
+    async def scenario():
+        loop, waits, servers = asyncio.get_running_loop(), LeaseWaits(listen=False), []
+        loop.add_signal_handler(signal.SIGUSR2, lambda: servers.append("stop"))
+        try:
+            assert stop_on_signals(waits, (signal.SIGUSR2,)) is True
+            assert stop_on_signals(waits, (signal.SIGUSR1,)) is False
+            assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+            os.kill(os.getpid(), signal.SIGUSR2)
+            for _ in range(50):
+                await asyncio.sleep(0.02)
+                if waits.stopping and servers:
+                    break
+            assert waits.stopping and servers == ["stop"]
+        finally:
+            loop.remove_signal_handler(signal.SIGUSR2)
+            signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+
+    _run(scenario())

@@ -33,6 +33,30 @@ def test_the_command_is_granian_unless_told_otherwise(monkeypatch):
             webserver.web_command("python", "127.0.0.1:8123")
 
 
+def test_the_access_log_is_off_unless_asked_for_on_stdout_or_in_a_file(monkeypatch, tmp_path):
+    """`up` printed ~170 access-log lines a minute, scrolling its token and the demo's summaries away: off by
+    default; WEB_ACCESS_LOG (or `up --access-log`) "-" prints it, a path appends it to that file."""
+    import json
+
+    for server in webserver.SERVERS:
+        monkeypatch.setenv("WEB_SERVER", server)
+        monkeypatch.delenv("WEB_ACCESS_LOG", raising=False)
+        command = webserver.web_command("python", "127.0.0.1:8123")
+        assert "--access-log" not in command and "--access-logfile" not in command
+        monkeypatch.setenv("WEB_ACCESS_LOG", "off")
+        assert "--access-log" not in webserver.web_command("python", "127.0.0.1:8123")
+        monkeypatch.setenv("WEB_ACCESS_LOG", "-")
+        command = webserver.web_command("python", "127.0.0.1:8123")
+        assert (["--access-logfile", "-"] == command[command.index("--access-logfile"):][:2] if server == "gunicorn"
+                else "--access-log" in command and "--log-config" not in command)
+    monkeypatch.setenv("WEB_SERVER", "granian")
+    monkeypatch.setenv("WEB_ACCESS_LOG", str(tmp_path / "logs" / "access.log"))
+    command = webserver.web_command("python", "127.0.0.1:8123")
+    config = json.loads(open(command[command.index("--log-config") + 1]).read())
+    assert "--access-log" in command and command[-1] == "stateboard.asgi:application"
+    assert config["handlers"]["access"]["filename"] == str(tmp_path / "logs" / "access.log")
+
+
 def test_up_refuses_an_unknown_web_server_before_it_starts_anything():
     result = subprocess.run([sys.executable, "manage.py", "up", "--no-demo", "--port", str(_free_port())],
                             cwd=ROOT, env={**os.environ, "WEB_SERVER": "nope"}, capture_output=True, text=True,
@@ -51,15 +75,17 @@ def _get(conn, path="/healthz"):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("server", webserver.SERVERS)
-def test_the_server_keeps_connections_and_outlives_a_killed_worker(tmp_path, server):
+def test_the_server_keeps_connections_and_outlives_a_killed_worker(tmp_path, server, monkeypatch):
     """Two requests on one connection (keep-alive); a worker killed with SIGKILL is replaced and the
     server goes on answering."""
     port = _free_port()
     env = {**os.environ, "STATEBOARD_VAR_DIR": str(tmp_path), "WEB_WORKERS": "1", "WEB_THREADS": "2",
-           "DEBUG": "0", "ALLOWED_HOSTS": "127.0.0.1", "SECRET_KEY": "test-webserver-" + "x" * 40}
+           "DEBUG": "0", "ALLOWED_HOSTS": "127.0.0.1", "SECRET_KEY": "test-webserver-" + "x" * 40,
+           "WEB_ACCESS_LOG": str(tmp_path / "access.log")}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     log = tmp_path / "web.log"
     with open(log, "wb") as out:
+        monkeypatch.setenv("WEB_ACCESS_LOG", env["WEB_ACCESS_LOG"])  # web_command reads it here
         web = subprocess.Popen(webserver.web_command(sys.executable, f"127.0.0.1:{port}", server), cwd=ROOT,
                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -81,12 +107,14 @@ def test_the_server_keeps_connections_and_outlives_a_killed_worker(tmp_path, ser
         assert _wait_for(answering, f"{server} to answer after the kill", 60) and web.poll() is None
     finally:
         webserver.processes_stop([web], wait=30)
+    assert "/healthz" in (tmp_path / "access.log").read_text() and "/healthz" not in log.read_text()  # in the file
 
 
 @pytest.mark.slow
 def test_up_stops_during_a_long_poll_and_leaves_no_web_process_behind(tmp_path):
-    """SIGTERM to `up` while an agent long-polls for a lease (up to 30 s): the web server's busy worker is
-    stopped within `up`'s wait, and no process of the web server outlives `up`."""
+    """SIGTERM to `up` while an agent long-polls for a lease (up to 30 s): the poll is answered (204) at once
+    instead of being waited out or cut by the kill timeout, the web server is gone within seconds, and no
+    process of the web server outlives `up`."""
     import json
     import threading
     import time
@@ -109,14 +137,18 @@ def test_up_stops_during_a_long_poll_and_leaves_no_web_process_behind(tmp_path):
         web = next(pid for pid, cmd in _children(up.pid).items() if "granian" in cmd)
         web_processes = [web, *_children(web)]
 
+        answered = []
+
         def long_poll():
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             try:
                 conn.request("POST", "/api/v1/runs/lease/", body=json.dumps({"wait_seconds": 30}),
                              headers={"Authorization": f"Token {token}", "Content-Type": "application/json"})
-                conn.getresponse().read()
+                response = conn.getresponse()
+                response.read()
+                answered.append((response.status, time.monotonic()))
             except OSError:
-                pass  # the server went away under the poll: what this test does
+                pass  # the server went away under the poll (before issue 41: its worker killed at 10 s)
 
         poller = threading.Thread(target=long_poll, daemon=True)
         poller.start()
@@ -124,8 +156,12 @@ def test_up_stops_during_a_long_poll_and_leaves_no_web_process_behind(tmp_path):
         assert poller.is_alive()
         started = time.monotonic()
         up.send_signal(signal.SIGTERM)
+        _wait_for(lambda: not any(_running(pid) for pid in web_processes), "the web server to stop", 30)
+        web_stopped = time.monotonic() - started
         up.wait(timeout=60)
         assert time.monotonic() - started < 30, "up waited for the long poll to end"
+        assert answered and answered[0][0] == 204 and answered[0][1] - started < 3, answered
+        assert web_stopped < 5, f"the web server took {web_stopped:.1f} s to stop"
     finally:
         if up.poll() is None:
             up.kill()

@@ -54,13 +54,18 @@ class Command(BaseCommand):
         parser.add_argument("--no-demo", action="store_true", help="do not run the demo fleet (`manage.py demo`)")
         parser.add_argument("--check", action="store_true",
                             help="set everything up, start, answer /healthz, run `demo --once`, stop")
+        parser.add_argument("--access-log", metavar="PATH",
+                            help="log every web request to PATH ('-': standard output); off by default "
+                                 "(WEB_ACCESS_LOG sets the same)")
         parser.add_argument("--role", choices=ROLES,
                             help="run only this kind of process, one instance of many sharing DATABASE_URL and "
                                  "CELERY_BROKER_URL: never migrates nor seeds the demo")
 
-    def handle(self, *args, port, host, no_demo, check, role=None, **options):
+    def handle(self, *args, port, host, no_demo, check, role=None, access_log=None, **options):
         python = sys.executable
         bind = f"{host}:{port}"
+        if access_log:  # the web server's command line and environment read it (stateboard.webserver)
+            os.environ["WEB_ACCESS_LOG"] = access_log
         try:
             processes = process_commands(python, bind, name=f"{role}-{os.getpid()}" if role else "")
         except ValueError as exc:  # WEB_SERVER / WEB_WORKERS / WEB_THREADS that do not parse

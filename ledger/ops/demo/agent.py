@@ -77,6 +77,7 @@ class Agent:
                 self.work()
                 run.verify(effect["stage"], self.evidence_for(run, effect["stage"], effect.get("reference")))
         run.refresh()
+        cite = self.facts_cited(run)  # cited once, by the first stage this drive completes
         executors = self.executors.get(run.workflow) or ()
         approval_stages = run.client.workflow(run.workflow).get("approval_stages") or []
         while run.state not in ("completed", "failed", "escalated", "abandoned", "noop"):
@@ -108,6 +109,7 @@ class Agent:
             with run.stage(stage, **started) as st:
                 self.work()
                 st.data = {"by": self.name}
+                st.evidence, cite = cite or None, []
                 if fail and fail[0] == stage:
                     st.failed(fail[1])
                     return run.refresh()
@@ -118,6 +120,13 @@ class Agent:
                 run.verify(stage, self.evidence_for(run, stage, st.effect["reference"]))
             run.refresh()
         return run
+
+    def facts_cited(self, run: Run) -> list[dict]:
+        """The facts the run's resume packet serves, as evidence ``claim:<key>@<version>``: what the agent
+        worked from (SPEC §9), so the claims page shows which runs cited each claim."""
+        facts = run.resume_packet().get("facts") or []
+        return [{"uri": f"claim:{f['key']}@{f['version']}", "observed_at": now_iso(),
+                 "excerpt": f"worked from {f['key']}"} for f in facts if f.get("key") and f.get("version")]
 
     def evidence_for(self, run: Run, stage: str, reference: str | None) -> list[dict]:
         host = SYSTEMS.get(stage, "internal")

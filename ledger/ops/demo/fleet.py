@@ -22,6 +22,7 @@ from ledger.ops.demo.scenarios import PROMISED, SCENARIOS, note, tend
 
 EXECUTOR_GRACE_SECONDS = 6
 PASS_TIMEOUT_SECONDS = 300
+STOP_GRACE_SECONDS = 1.0  # on stop, an agent still busy this long after being asked is terminated
 
 
 LEASED = "leased"  # a result the agent found itself between scenarios (not one the parent handed out)
@@ -89,13 +90,20 @@ class Fleet:
             proc.start()
             self.procs.append(proc)
 
-    def stop(self) -> None:
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Ask every agent to stop (an idle one does at once); one still busy ``grace`` seconds later (in a
+        scenario, or retrying a server that is stopping too) is terminated, as a real agent may die: it
+        holds nothing a crash would not leave (a lease lapses, a step is done again or verified)."""
         for _ in self.procs:
             self.tasks.put(None)
+        deadline = time.monotonic() + grace
         for proc in self.procs:
-            proc.join(timeout=10)
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in self.procs:
             if proc.is_alive():
                 proc.terminate()
+        for proc in self.procs:
+            proc.join(timeout=5)
         self.procs = []
 
     def play(self, scenarios: list[str], tag: str, *, executor_fallback: bool = False,

@@ -100,10 +100,11 @@
     if (event.target.matches("select[data-autosubmit]")) { event.target.form.submit(); }
   });
 
-  // Approvals inbox: j/k move between pending requests, a approves, r goes to the reject reason.
+  // Approvals inbox: j/k move between the pending requests this user may decide (data-actionable), a
+  // approves, r goes to the reject reason.
   var selectedId = null;
   function rows() {
-    return Array.prototype.slice.call(document.querySelectorAll("[data-keyboard-rows] tr[data-row][data-status=pending]"));
+    return Array.prototype.slice.call(document.querySelectorAll("[data-keyboard-rows] tr[data-row][data-actionable]"));
   }
   function select(row) {
     rows().forEach(function (r) { r.classList.remove("selected"); r.removeAttribute("aria-selected"); });

@@ -58,3 +58,30 @@ def test_compare_query_count_is_constant_in_events():
     url = reverse("ledger:run_compare")
     assert (page_queries(viewer, url, {"a": a1["id"], "b": b1["id"]})
             == page_queries(viewer, url, {"a": a2["id"], "b": b2["id"]}))
+
+
+def test_compare_shows_the_decision_each_run_ran_under_and_only_its_own_effects():
+    """A failed attempt (A) and the next one (B), which deployed, then was rolled back (decided again,
+    ``rolled_back``): B's column shows the decision it ran under and the later one apart; A's column
+    never lists B's deploy."""
+    from ledger import services
+    from tests.ledger.web.test_rollback import _completed
+
+    workflow = make_workflow(stages=["build", "deploy"], effect_stages=["deploy"], approval_stages=[])
+    a, _ = services.run_trigger(workflow_slug=workflow.slug, inputs={"v": 1}, actor="agent:a")
+    services.event_append(run_id=a.id, body={"stage": "build", "kind": "started"}, actor="agent:a")
+    services.event_append(run_id=a.id, body={"stage": "build", "kind": "failed", "reason_code": "tests_red"},
+                          actor="agent:a")
+    b = _completed(workflow)
+    ran_under = b.decision["reason_code"]
+    oncall, user = login("oncall")
+    services.run_rollback(run_id=b.id, user=user, to_stage="deploy", reason="bad deploy")
+    html = texts(oncall.get(reverse("ledger:run_compare"), {"a": str(a.id), "b": str(b.id)}))
+    decisions = html.split('id="compare-decisions"')[1].split("</section>")[0]
+    reason_row = decisions.split("<td>reason_code</td>")[1].split("</tr>")[0]
+    assert ran_under in reason_row and "rolled_back" not in reason_row
+    assert "data-decided-again" in decisions and "rolled_back" in decisions.split("data-decided-again")[1]
+    effects = html.split('id="compare-effects"')[1].split("</section>")[0]
+    row = effects.split("<tbody>")[1].split("</tr>")[0]
+    cells = row.split("<td")[2:]  # A's cell, B's cell (after the key)
+    assert "ref-deploy" not in cells[0] and "—" in cells[0] and "ref-deploy" in cells[1]

@@ -266,6 +266,27 @@ def test_escalation_requests_are_decided_by_oncall_not_editors(escalated):
     assert approval.status == "pending"
 
 
+def test_inbox_rows_say_oncalls_words_for_an_escalation_and_mark_only_what_the_user_may_decide(escalated, awaiting):
+    """One escalation, one vocabulary: the inbox offers on-call's Retry / Abandon (as /oncall/ does), and
+    only the rows the user may decide are marked for j/k (an editor skips escalations)."""
+    escalation = Approval.objects.get(kind="escalation")
+    _, [(_, high_impact), _] = awaiting
+
+    def row(html, approval_id):
+        return html.split(f'id="approval-{approval_id}"')[1].split("</tr>")[0]
+
+    editor_html = texts(login("editor")[0].get(reverse("ledger:approval_list")))
+    assert "data-actionable" not in row(editor_html, escalation.id).split(">")[0]
+    assert "data-actionable" in row(editor_html, high_impact["id"]).split(">")[0]
+    oncall_html = texts(login("oncall")[0].get(reverse("ledger:approval_list")))
+    mine = row(oncall_html, escalation.id)
+    assert "data-actionable" in mine.split(">")[0]
+    assert ">Retry</button>" in mine and ">Abandon</button>" in mine
+    assert "Approve" not in mine and ">Reject</button>" not in mine
+    oncall_page = texts(login("oncall")[0].get(reverse("ledger:oncall")))
+    assert ">Retry</button>" in oncall_page and ">Abandon</button>" in oncall_page
+
+
 def test_oncall_approving_an_escalation_in_the_inbox_retries_the_run(escalated):
     _, run = escalated
     oncall, _ = login("oncall")

@@ -151,3 +151,28 @@ def test_a_run_nobody_leased_says_why_it_ended_and_its_path_says_not_leased():
     html = page.get(f"/runs/{run.id}/").content.decode()
     assert 'data-ended="not_leased"' in html and "nobody leased it in time" in html
     assert '<span class="cause">not_leased</span>' in html
+
+
+def test_effects_to_verify_are_named_by_stage_system_and_operation():
+    """A deploy that may have happened: the next run's decision lists it as ``deploy (k8s/deploy)``, the
+    key kept in its title, never a bare key hash."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    wf = make_workflow(stages=["build", "deploy"], effect_stages=["deploy"], approval_stages=[])
+    agent = agent_driver(wf)
+    run = agent.trigger(intent="ship", inputs={"v": 1})
+    agent.pass_stage(run["id"], "build")
+    agent.event(run["id"], "deploy", "started")
+    agent.event(run["id"], "deploy", "succeeded", effect={"system": "k8s", "operation": "deploy", "reference": "d-1"})
+    Run.objects.filter(id=run["id"]).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    again = agent.trigger(intent="ship", inputs={"v": 1})
+    assert again["decision"]["outcome"] == "verify_only"
+    key = again["decision"]["verify_effects"][0]
+    viewer, _ = login("viewer")
+    html = texts(viewer.get(reverse("ledger:run_detail", args=[again["id"]])))
+    panel = html.split('id="decision-panel"')[1].split("</section>")[0]
+    listed = panel.split("Effects to verify")[1].split("</dd>")[0]
+    assert "deploy" in listed and "(k8s/deploy)" in listed and f'title="{key}"' in listed
+    assert key[:16] not in listed.replace(f'title="{key}"', "")
