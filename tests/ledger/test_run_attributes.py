@@ -91,6 +91,8 @@ def test_a_duplicate_trigger_answers_the_run_with_its_attributes_as_they_are(dri
     again = driver.trigger(trigger_key=key, attributes={"team": "other"})
     assert again["duplicate"] is True and again["id"] == first["id"]
     assert again["attributes"] == {"team": "web", "tier": 3}
+    refused = driver.trigger(trigger_key=key, attributes={"team": 1.5}, expect=422)  # checked before the lookup
+    assert refused["code"] == "invalid_attributes"
 
 
 # ---------------------------------------------------------------- attributes_set
