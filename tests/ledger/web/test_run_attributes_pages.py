@@ -76,7 +76,7 @@ def _escalated(agent, intent, **attributes):
 def test_a_bulk_oncall_action_acts_on_the_attribute_filtered_set():
     wf = make_workflow(stages=["build", "test"], effect_stages=[], approval_stages=[], max_retries=1)
     agent = AgentDriver(client_for(make_agent()[1]), wf.slug)
-    # (an escalated run is a new run: the trigger's attributes label it; the ones here are given again)
+    # (the escalated run is the re-trigger's new run: its attributes are set here)
     infra = [_escalated(agent, f"infra-{n}") for n in range(2)]
     web = _escalated(agent, "web-0")
     for run, team in ((infra[0], "infra"), (infra[1], "infra"), (web, "web")):
