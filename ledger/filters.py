@@ -3,8 +3,10 @@
 ``workflow`` a workflow slug · ``state`` a run state · ``intent`` exact · ``created_after`` (≥) and
 ``created_before`` (<) ISO 8601 date-times (naive ones are UTC; any offset is converted to UTC) ·
 ``q`` a run id, an id prefix (``3f2a9c``) or a substring of the intent · ``group=attempts`` one row per
-attempt group (its latest run, ``attempt_count`` annotated). The pages ignore a value
-that does not parse; the API answers 400 ``invalid_filter`` (``StrictFilterBackend``).
+attempt group (its latest run, ``attempt_count`` annotated) · ``attr.<key>=<value>`` (SPEC §15) an
+attribute equal to the value (``2`` the integer or the string, ``true`` the boolean or the string; a repeated
+key: each holds), at most 16. The pages ignore a value that does not parse; the API answers 400
+``invalid_filter`` (``StrictFilterBackend``).
 """
 
 import re
@@ -16,7 +18,9 @@ from django.db.models import Q
 from django_filters.rest_framework import DjangoFilterBackend
 
 from ledger.attempt_selectors import attempt_groups
+from ledger.domain.attributes import MAX_KEYS, AttributesInvalid, query_pairs, selection_parse
 from ledger.models import Run, RunState, Workflow
+from ledger.store import store
 from stateboard.errors import DomainError
 from stateboard.moments import parse_moment
 
@@ -47,6 +51,12 @@ def id_prefix_q(text: str) -> Q | None:
     return Q(id__gte=uuid.UUID(digits.ljust(32, "0")), id__lte=uuid.UUID(digits.ljust(32, "f")))
 
 
+def attributes_selected(queryset, selection: list[tuple[str, tuple]], field: str = "attributes"):
+    """``queryset`` narrowed to rows whose attributes (the JSON column ``field``) hold every (key, values) of
+    ``selection`` (``ledger.domain.attributes.selection_parse``): the filter's, an alert rule's."""
+    return queryset.filter(store().attributes_q(selection, field)) if selection else queryset
+
+
 class RunFilter(filters.FilterSet):
     workflow = filters.ModelChoiceFilter(queryset=Workflow.objects.order_by("slug"), to_field_name="slug",
                                          field_name="workflow", empty_label="any workflow")
@@ -61,6 +71,29 @@ class RunFilter(filters.FilterSet):
     class Meta:
         model = Run
         fields = ["workflow", "state", "intent", "created_after", "created_before", "q", "group"]
+
+    def __init__(self, data=None, *args, **kwargs):
+        super().__init__(data, *args, **kwargs)
+        self.attributes, self.attribute_params, self.attribute_errors = [], [], {}
+        for key, text in dict.fromkeys(query_pairs(self.data)):  # (a pair repeated: once)
+            try:
+                self.attributes += selection_parse([(key, text)])
+                self.attribute_params.append((f"attr.{key}", text))
+            except AttributesInvalid as invalid:
+                self.attribute_errors.setdefault(f"attr.{key}", []).append(invalid.detail)
+        if len(self.attributes) > MAX_KEYS:
+            self.attribute_errors["attr"] = [f"At most {MAX_KEYS} attribute filters."]
+            self.attributes, self.attribute_params = self.attributes[:MAX_KEYS], self.attribute_params[:MAX_KEYS]
+
+    @property
+    def errors(self):
+        return {**self.form.errors, **self.attribute_errors}
+
+    def is_valid(self):
+        return super().is_valid() and not self.attribute_errors
+
+    def filter_queryset(self, queryset):
+        return super().filter_queryset(attributes_selected(queryset, self.attributes))
 
     def grouped(self, queryset, name, value):
         return attempt_groups(queryset) if value == "attempts" else queryset

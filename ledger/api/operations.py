@@ -50,16 +50,19 @@ OPS = named({
     "runs_list": Op(
         "List runs",
         "Runs newest first, cursor paginated, filtered by `workflow`, `state`, `intent`, `created_after`, "
-        "`created_before`, `q`. `group=attempts` lists one row per attempt group (the runs of one intent and "
+        "`created_before`, `q` and `attr.<key>=<value>` (SPEC §15: the attribute equals the value, `2` the "
+        "integer or the string, `true` the boolean or the string; a repeated key: each holds). `group=attempts` "
+        "lists one row per attempt group (the runs of one intent and "
         "input fingerprint): its latest run, with `attempts`, the group's count. Any signed-in identity.", LIST_400),
     "runs_create": Op(
         "Trigger a run",
         "Triggers a run of a workflow and answers it with its recovery `decision` (201). A trigger whose "
         "`(workflow, trigger_key)` was seen with the same intent and inputs answers the existing run with "
-        "`duplicate: true` (200). A run an agent triggers is leased to it at once. Agents, editors, owners "
-        "and on-call (not viewers).",
+        "`duplicate: true` (200), with its attributes as they are. `attributes` label a new run (SPEC §15). A "
+        "run an agent triggers is leased to it at once. Agents, editors, owners and on-call (not viewers).",
         {403: ["agent_not_allowed"], 409: ["trigger_key_mismatch", "active_run_exists", "workflow_archived"],
-         422: ["validation_error", "unknown_workflow", "invalid_trigger", "reserved_trigger_key"]}),
+         422: ["validation_error", "unknown_workflow", "invalid_trigger", "reserved_trigger_key",
+               "invalid_attributes"]}),
     "runs_lease_create": Op(
         "Lease the earliest-queued run",
         "Hands the calling agent the queued run (of `workflows`, else any) that was queued earliest, leased "
@@ -96,7 +99,7 @@ OPS = named({
          422: ["validation_error", "unknown_kind", "kind_reserved", "unknown_stage", "data_too_large",
                "invalid_effect", "invalid_evidence", "effect_required", "evidence_required",
                "unknown_needs_effect_stage", "invalid_correction", "action_required", "batch_too_large",
-               "claim_not_last", "effect_not_expected"]}),
+               "claim_not_last", "effect_not_expected", "invalid_attributes"]}),
     "runs_verify_chain_retrieve": Op(
         "Verify a run's hash chain",
         "Recomputes the SHA-256 chain over the run's events: `ok`, the number of events and the first bad "

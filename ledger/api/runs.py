@@ -37,6 +37,10 @@ class RunTriggerInputSerializer(serializers.Serializer):
     inputs = serializers.JSONField(help_text="a JSON object")
     env_fingerprint = serializers.CharField(max_length=500, required=False, allow_blank=True)
     staged = serializers.BooleanField(required=False, default=False)
+    attributes = serializers.JSONField(required=False, allow_null=True,
+                                       help_text="SPEC §15: at most 16 keys [a-z][a-z0-9_]{0,39}; each value a string "
+                                                 "(≤ 200 characters), an integer, a boolean or an ISO 8601 time "
+                                                 "with its zone (422 invalid_attributes otherwise)")
 
     def validate_inputs(self, value):
         if not isinstance(value, dict):
@@ -68,7 +72,7 @@ class RunListCreateApi(PolicyListApi):
             workflow_slug=data["workflow"], intent=data.get("intent") or None, trigger=trigger,
             trigger_key=data.get("trigger_key") or None, inputs=data["inputs"],
             env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(user), staged=data.get("staged", False),
-            arrived=arrived)
+            arrived=arrived, attributes=data.get("attributes"))
         return Response(run_body(run, duplicate=not created),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 

@@ -64,7 +64,7 @@ class RunOutputSerializer(serializers.ModelSerializer):
         fields = ["id", "workflow", "intent", "trigger", "trigger_key", "inputs", "input_fingerprint",
                   "policy_version", "env_fingerprint", "state", "decision", "current_stage", "stage_states",
                   "triggered_by", "created_at", "updated_at", "decided_at", "ended_at", "lease", "event_count",
-                  "staged", "goal_version"]
+                  "staged", "goal_version", "attributes"]
 
     def get_lease(self, run) -> dict | None:
         return _lease_body(run)
@@ -132,7 +132,7 @@ def run_body(run: Run, **extra) -> dict:
         "triggered_by": run.triggered_by, "created_at": _drf_datetime(run.created_at),
         "updated_at": _drf_datetime(run.updated_at), "decided_at": _drf_datetime(run.decided_at),
         "ended_at": _drf_datetime(run.ended_at), "lease": _lease_body(run), "event_count": run.event_count,
-        "staged": run.staged, "goal_version": run.goal_version, "queued": queued,
+        "staged": run.staged, "goal_version": run.goal_version, "attributes": run.attributes, "queued": queued,
     }
     if queued:
         body["queued_until"] = _drf_datetime(run.queued_until)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from ledger.domain.attributes import AttributesInvalid, rule_selection
 from ledger.domain.machine import RunState
 
 KINDS = ("absence", "failure_rate", "escalation_age", "approval_age", "queue_age")
@@ -51,10 +52,10 @@ def _rule_problem(rule: dict, *, stages, lease_seconds: int, cron_problem: Calla
     if not isinstance(notify, list) or not notify or not all(c in CHANNELS for c in notify) \
             or len(set(notify)) != len(notify):
         return "notify", f"notify must be a non-empty list of distinct channels from {', '.join(CHANNELS)}."
-    attributes = rule.get("attributes", {})
-    if not isinstance(attributes, dict) or len(attributes) > 16 or not all(
-            isinstance(v, (str, int, float, bool)) for v in attributes.values()):
-        return "attributes", "attributes must be an object of at most 16 keys with string, number or boolean values."
+    try:  # the runs it looks at: each key equal, as attr.<key>=<value> selects them (SPEC §15)
+        rule_selection(rule.get("attributes", {}))
+    except AttributesInvalid as invalid:
+        return "attributes", invalid.detail
     wanted = PARAMETERS[kind]
     for key in rule:
         if key not in COMMON and key not in wanted:

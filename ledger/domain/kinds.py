@@ -38,6 +38,7 @@ class EventKind(TextChoices):
     ESCALATION_RAISED = "escalation_raised"
     ESCALATION_CLOSED = "escalation_closed"
     APPROVAL_VOIDED = "approval_voided"
+    ATTRIBUTES_SET = "attributes_set"
 
 
 STAGE_OUTCOME_KINDS = frozenset({"started", "proposed", "succeeded", "failed", "skipped", "verified", "unknown"})
@@ -64,6 +65,8 @@ KINDS: dict[str, Kind] = {
     K.UNKNOWN: Kind(True, ("unknown",), "the effect's outcome was not observed: it must be verified"),
     K.CORRECTED: Kind(True, (), "a note correcting an earlier event (data.corrects)"),
     K.COMPENSATED: Kind(True, ("compensated",), "the approved compensation was performed and verified"),
+    K.ATTRIBUTES_SET: Kind(True, (), "the run's attributes added or changed (data.attributes; null removes a "
+                                     "key); moves nothing"),
     K.DECIDED: Kind(False, ("decided",), "the recovery decision of a trigger, retry, goal change or rollback"),
     K.TRANSITION: Kind(False, (), "the run moved along one edge of the state machine"),
     K.CHECKPOINTED: Kind(False, (), "a server checkpoint was written"),

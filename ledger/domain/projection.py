@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ledger.domain.attributes import AttributesInvalid, attributes_replay
 from ledger.domain.effects import effect_next
 from ledger.domain.machine import LEASE_ENDING_STATES, TERMINAL_STATES
 
@@ -82,6 +83,7 @@ def run_replay(events: Iterable) -> dict:
     (``goal_moved_to``: the last ``goal_changed``'s ``to``; absent when it never moved)."""
     state, ended, count, last_hash, lease, staged = "captured", "", 0, None, NO_LEASE, None
     found: dict = {}
+    events = list(events)
     for event in events:
         data = event.data if isinstance(event.data, dict) else {}
         count, last_hash = count + 1, event.hash
@@ -95,6 +97,10 @@ def run_replay(events: Iterable) -> dict:
             staged = event.reason_code == "staged"
         lease = lease_next(lease, event.kind, data)
     owner, holder, lease_id = lease
+    try:
+        found["attributes"] = attributes_replay(events)
+    except AttributesInvalid as invalid:  # (a ledger that holds such an event was not written by Stateboard)
+        found["attributes"] = f"none: {invalid.detail}"
     return {"state": state, "ended_reason": ended if state in TERMINAL_STATES else "", "event_count": count,
             "last_hash": last_hash, "lease_owner": owner, "lease_holder_id": holder, "lease_id": lease_id,
             "staged": bool(staged), **found}

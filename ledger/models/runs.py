@@ -171,6 +171,10 @@ class Run(models.Model):
     last_hash = models.CharField(max_length=64, blank=True)
     # SPEC §7: from the trigger request's arrival to the committed `decided` event (API triggers only).
     decision_latency_ms = models.FloatField(null=True, blank=True)
+    # SPEC §15: the trigger's and the lease holder's labels ({key: string, integer, boolean or UTC time}), the
+    # ledger's ``attributes_set`` events merged; no fingerprint or decision reads them. On PostgreSQL a GIN
+    # index (jsonb_path_ops, migration 0025) serves the ``attr.<key>=`` filter's containment.
+    attributes = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
 
     class Meta:
         ordering = ["-created_at"]

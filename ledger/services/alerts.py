@@ -21,6 +21,8 @@ from django.utils import timezone
 
 from ledger import authorizers
 from ledger.domain.alerts import AGED_STATES, BAD_ENDS, ESCALATED, GOOD_ENDS, OPEN_STATES, SYSTEM
+from ledger.domain.attributes import rule_selection
+from ledger.filters import attributes_selected
 from ledger.models import Alert, AlertChange, AlertSilence, Approval, Effect, Run, Workflow
 from ledger.services.alert_delivery import change_deliver, silence_release
 from ledger.services.audit import audit_record
@@ -43,12 +45,18 @@ class Finding:
 
 # ---------------------------------------------------------------- the five kinds
 
+def _selected(queryset, rule: dict, field: str = "attributes"):
+    """``queryset`` narrowed to the runs the rule's ``attributes`` select (SPEC §15: each key equal, as
+    ``attr.<key>=<value>`` would; ``field`` the path to the run's attributes)."""
+    return attributes_selected(queryset, rule_selection(rule.get("attributes")), field)
+
+
 def _absence_holds(workflow: Workflow, rule: dict, tick: datetime) -> bool:
     """No run of the workflow completed since ``tick`` (with ``stage``: verified an effect of that stage)."""
     if rule.get("stage"):
-        return not Effect.objects.filter(workflow=workflow, stage=rule["stage"], status="verified",
-                                         updated_at__gte=tick).exists()
-    return not Run.objects.filter(workflow=workflow, state="completed", ended_at__gte=tick).exists()
+        return not _selected(Effect.objects.filter(workflow=workflow, stage=rule["stage"], status="verified",
+                                                   updated_at__gte=tick), rule, "run__attributes").exists()
+    return not _selected(Run.objects.filter(workflow=workflow, state="completed", ended_at__gte=tick), rule).exists()
 
 
 def _tick_of(subject: str) -> datetime:
@@ -70,7 +78,7 @@ def _absence(workflow, rule, now, open_subjects) -> list[Finding]:
 
 def _failure_rate(workflow, rule, now, open_subjects) -> list[Finding]:
     since = now - timedelta(minutes=rule["window_minutes"])
-    runs = Run.objects.filter(workflow=workflow, staged=False)
+    runs = _selected(Run.objects.filter(workflow=workflow, staged=False), rule)
     bad = runs.filter(Q(state__in=BAD_ENDS, ended_at__gte=since)
                       | Q(state=ESCALATED, updated_at__gte=since))  # (an escalated run has no ended_at)
     good = runs.filter(state__in=GOOD_ENDS, ended_at__gte=since)
@@ -85,24 +93,24 @@ def _failure_rate(workflow, rule, now, open_subjects) -> list[Finding]:
 
 def _escalation_age(workflow, rule, now, open_subjects) -> list[Finding]:
     # An escalated run does not change until on-call acts: its updated_at is when it started waiting.
-    waiting = Run.objects.filter(workflow=workflow, state__in=AGED_STATES,
-                                 updated_at__lte=now - timedelta(minutes=rule["minutes"]))
+    waiting = _selected(Run.objects.filter(workflow=workflow, state__in=AGED_STATES,
+                                           updated_at__lte=now - timedelta(minutes=rule["minutes"])), rule)
     return [Finding(str(run_id), f"Run {run_id} has waited in {state} for over {rule['minutes']} min.",
                     run_id=run_id) for run_id, state in waiting.values_list("id", "state")]
 
 
 def _approval_age(workflow, rule, now, open_subjects) -> list[Finding]:
-    pending = Approval.objects.filter(run__workflow=workflow, status="pending",
-                                      created_at__lte=now - timedelta(minutes=rule["minutes"])).exclude(
-        kind=Approval.Kind.ESCALATION)  # escalation requests: escalation_age
+    pending = _selected(Approval.objects.filter(run__workflow=workflow, status="pending",
+                                                created_at__lte=now - timedelta(minutes=rule["minutes"])).exclude(
+        kind=Approval.Kind.ESCALATION), rule, "run__attributes")  # escalation requests: escalation_age
     return [Finding(str(approval_id), f"Approval {approval_id} ({stage}) pending for over {rule['minutes']} min.",
                     run_id=run_id, approval_id=approval_id)
             for approval_id, run_id, stage in pending.values_list("id", "run_id", "stage")]
 
 
 def _queue_age(workflow, rule, now, open_subjects) -> list[Finding]:
-    queued = Run.objects.filter(workflow=workflow, queued_until__isnull=False,
-                                queued_at__lte=now - timedelta(minutes=rule["minutes"]))
+    queued = _selected(Run.objects.filter(workflow=workflow, queued_until__isnull=False,
+                                          queued_at__lte=now - timedelta(minutes=rule["minutes"])), rule)
     stats = queued.aggregate(n=Count("id"), oldest=Min("queued_at"))
     if not stats["n"]:
         return []

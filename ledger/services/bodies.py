@@ -41,6 +41,7 @@ def validate_effect(effect) -> dict | None:
     return effect
 
 
+STAGELESS_KINDS = ("corrected", "attributes_set")  # (attributes_set: on a run whose current stage is "")
 STRING_LIMITS = {"reason_code": 100, "client_event_id": 200, "idempotency_key": 200}
 
 
@@ -50,7 +51,7 @@ def validate_event_body(run: Run, body: dict) -> tuple[str, str]:
         raise Invalid("unknown_kind", f"Unknown event kind {kind!r}.")
     if kind not in AGENT_KINDS:
         raise Invalid("kind_reserved", f"Kind {kind!r} is written by Stateboard itself, not posted.")
-    if not isinstance(stage, str) or (stage not in run.workflow.stages and not (kind == "corrected" and stage == "")):
+    if not isinstance(stage, str) or (stage not in run.workflow.stages and not (kind in STAGELESS_KINDS and stage == "")):
         raise Invalid("unknown_stage", f"Stage {stage!r} is not a stage of workflow {run.workflow.slug!r}.")
     for name, limit in STRING_LIMITS.items():
         if body.get(name) is not None and (not isinstance(body[name], str) or len(body[name]) > limit):

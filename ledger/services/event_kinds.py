@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ledger import selectors
 from ledger.domain import effects, recovery
+from ledger.domain.attributes import attributes_merged
 from ledger.models import Approval, Effect, EffectKey, LedgerEvent, Run
 from ledger.services.approvals import action_validate, permit_find, permit_spend
 from ledger.services.checkpoints import server_checkpoint
@@ -278,10 +279,19 @@ def _on_corrected(app: Append, event: LedgerEvent) -> None:
         raise Invalid("invalid_correction", "A correction needs data.corrects: the seq of an earlier event of this run.")
 
 
+def _on_attributes_set(app: Append, event: LedgerEvent) -> None:
+    """SPEC §15: the lease holder adds, changes or (null) removes attributes; on the run's current stage, it
+    moves nothing (the merged attributes hold at most 16 keys)."""
+    if app.stage != app.run.current_stage:
+        raise illegal(app.run, f"'attributes_set' is posted on the run's current stage "
+                               f"({app.run.current_stage!r}), not {app.stage!r}.")
+    app.run.attributes = attributes_merged(app.run.attributes, (event.data or {}).get("attributes"))
+
+
 def event_effect_key(run: Run, kind: str, stage: str, key: str) -> str:
     """Events on an effect stage carry its idempotency key (the default key unless the agent names one)."""
-    if run.staged:
-        return ""  # a staged run claims no key
+    if run.staged or kind == "attributes_set":
+        return ""  # a staged run claims no key; attributes concern no effect
     if stage not in run.workflow.effect_stages or key:
         return key or ""
     if kind != "started":
@@ -317,4 +327,5 @@ HANDLERS = {
     "compensated": _on_compensated,
     "started": _on_started, "succeeded": _on_succeeded, "skipped": _on_skipped, "failed": _on_failed,
     "unknown": _on_unknown, "verified": _on_verified, "proposed": _on_proposed, "corrected": _on_corrected,
+    "attributes_set": _on_attributes_set,
 }

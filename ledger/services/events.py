@@ -130,7 +130,7 @@ def _event_apply(writer: RunWriter, body: dict, *, body_digest: str) -> LedgerEv
     if run.state in TERMINAL_STATES and kind != "corrected":
         raise illegal(run, f"The run is {run.state!r}; it accepts no more stage events.")
     if stage in (run.workflow.executors or {}) and actor != EXECUTOR and kind not in ("proposed", "skipped",
-                                                                                       "corrected"):
+                                                                                       "corrected", "attributes_set"):
         raise Conflict("executor_stage", f"Stateboard's executor performs {stage!r}: post 'proposed' with the "
                                          "action (or 'skipped'); the executor posts the rest.")
     app = Append(writer, body, stage, kind)

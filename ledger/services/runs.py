@@ -15,6 +15,8 @@ from django.utils import timezone
 from knowledge.selectors import store_version as knowledge_store_version
 from ledger import selectors
 from ledger.domain import recovery
+from ledger.domain.attributes import KIND as ATTRIBUTES_SET
+from ledger.domain.attributes import attributes_checked
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, EffectKey, EventKind, Run, Trigger, Workflow
 from ledger.schedules import SLOT_FORMAT
 from ledger.services.versions import goals_latest
@@ -254,13 +256,15 @@ def _trigger_key_run(workflow_slug: str, *, trigger_key: str, intent: str, input
 
 def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigger: str = Trigger.API,
                 trigger_key: str | None = None, env_fingerprint: str = "", actor: str = "system",
-                staged: bool = False, arrived: float | None = None) -> tuple[Run, bool]:
+                staged: bool = False, arrived: float | None = None, attributes=None) -> tuple[Run, bool]:
     """Trigger a run: dedupe by trigger key (one read, before any transaction or lock), lock the intent,
     expire dead leases, decide, record. Returns (run, created). Triggers of different intents of one
     workflow never wait for each other. A staged run (SPEC §10.3) reads and expires nothing: its
     decision is always fresh / staged. ``arrived``: when the request came (``time.monotonic()``): a new
-    run's decision latency (SPEC §7) is recorded once its decision has committed."""
+    run's decision latency (SPEC §7) is recorded once its decision has committed. ``attributes`` (SPEC §15,
+    422 ``invalid_attributes``) label a new run; a duplicate answers its run with the attributes it has."""
     staged = bool(staged)
+    attributes = attributes_checked(attributes)
     if trigger_key and trigger in Trigger.values:  # otherwise refused below, in the order of its checks
         existing = _trigger_key_run(workflow_slug, trigger_key=trigger_key, intent=intent or workflow_slug,
                                     inputs=inputs, trigger=trigger, staged=staged)
@@ -270,7 +274,8 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
         with transaction.atomic():
             run, created = _run_trigger_locked(workflow_slug=workflow_slug, inputs=inputs, intent=intent,
                                                trigger=trigger, trigger_key=trigger_key,
-                                               env_fingerprint=env_fingerprint, actor=actor, staged=staged)
+                                               env_fingerprint=env_fingerprint, actor=actor, staged=staged,
+                                               attributes=attributes)
     except _InsertRefused as refused:
         # The intent lock serialises triggers of an intent; these are the database's backstops: the key
         # taken meanwhile by a trigger of another intent, or another active run of this intent.
@@ -306,7 +311,7 @@ def workflow_active_require(workflow: Workflow) -> None:
 
 
 def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigger: str, trigger_key: str | None,
-                        env_fingerprint: str, actor: str, staged: bool) -> tuple[Run, bool]:
+                        env_fingerprint: str, actor: str, staged: bool, attributes: dict) -> tuple[Run, bool]:
     if trigger not in Trigger.values:
         raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")
     intent = intent or workflow_slug
@@ -346,8 +351,10 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
     run = Run(workflow=workflow, intent=intent, trigger=trigger, trigger_key=trigger_key, inputs=inputs,
               input_fingerprint=fingerprint, policy_version=workflow.policy_version,
               env_fingerprint=env_fingerprint, state="captured", triggered_by=actor, created_at=now,
-              staged=bool(staged), goal_version=goal_version)
+              staged=bool(staged), goal_version=goal_version, attributes=attributes)
     writer = RunWriter(run, actor, now)
+    if attributes:  # the ledger holds them (export and import rebuild them from its events), in the run's insert
+        writer.emit(ATTRIBUTES_SET, data={"attributes": attributes})
     decision_apply(writer, inp, context, from_state="captured")
     try:
         writer.flush(insert=True)

@@ -86,7 +86,7 @@ def event_compute_hash(event: LedgerEvent) -> str:
 RUN_MUTABLE_FIELDS = ("state", "current_stage", "stage_states", "event_count", "last_hash", "lease_owner",
                       "lease_expires_at", "updated_at", "ended_at", "decision", "decided_at", "retried_at",
                       "lease_id", "queued_at", "queued_until", "ended_reason", "executor_state",
-                      "input_fingerprint", "goal_version", "goal_outdated", "lease_holder_id")
+                      "input_fingerprint", "goal_version", "goal_outdated", "lease_holder_id", "attributes")
 # The lease owner while the executor performs an effect stage (SPEC §5.2).
 EXECUTOR = "system:executor"
 

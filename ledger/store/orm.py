@@ -9,6 +9,8 @@ from __future__ import annotations
 import uuid
 
 from django.db import IntegrityError, transaction
+from django.db.models import CharField, F, Func, IntegerField, Q, Value
+from django.db.models.lookups import Exact
 
 from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
 from ledger.store.reads import Reads
@@ -126,6 +128,23 @@ class OrmStore:
             Run.objects.filter(pk=run.pk, intent=run.intent).update(**{name: getattr(run, name) for name in changed})
         return True
 
+    def attributes_q(self, selection: list[tuple[str, tuple]], field: str = "attributes") -> Q:
+        """Rows whose attributes (the JSON column ``field``, or a path such as ``run__attributes``) hold, for each
+        (key, values) of ``selection``, one of the values (JSON values: 1 never matches ``true``): SQLite's
+        JSON_TYPE and JSON_EXTRACT, unindexed."""
+        every = Q()
+        for key, values in selection:
+            kind, match = _json_at(field, key, "JSON_TYPE", CharField()), Q()
+            for value in values:
+                if isinstance(value, bool):
+                    match |= Q(Exact(kind, "true" if value else "false"))
+                else:
+                    output = IntegerField() if isinstance(value, int) else CharField()
+                    match |= Q(Exact(kind, "integer" if isinstance(value, int) else "text"),
+                               Exact(_json_at(field, key, "JSON_EXTRACT", output), value))
+            every &= match
+        return every
+
     def rows_write(self, events: list[LedgerEvent], checkpoints: list[Checkpoint]) -> None:
         if events:
             LedgerEvent.objects.bulk_create(events)
@@ -143,3 +162,8 @@ class OrmStore:
                 raise
             return False
         return True
+
+
+def _json_at(field: str, key: str, function: str, output):
+    """``function(field, '$."key"')`` (a key is ``[a-z][a-z0-9_]*``: ``ledger.domain.attributes.KEY``)."""
+    return Func(F(field), Value(f'$."{key}"'), function=function, output_field=output)

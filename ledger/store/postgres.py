@@ -19,6 +19,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
 from django.db.backends.utils import CursorDebugWrapper
+from django.db.models import Q
 from psycopg import RawCursor
 
 from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
@@ -26,6 +27,7 @@ from ledger.store.orm import OrmStore
 from ledger.store.reads import Reads
 from stateboard.waits import CHANNEL
 
+_COMBINATIONS = 16  # the objects one attribute filter's containment ORs at most
 _INTENT_OF = f"SELECT intent FROM {RunKey._meta.db_table} WHERE run_id = %s"
 
 
@@ -235,6 +237,21 @@ class PostgresStore(OrmStore):
         for objs, group_ids in zip(groups, ids):
             for obj, pk in zip(objs, group_ids):  # ids of one INSERT grow in VALUES order
                 obj.pk, obj._state.adding, obj._state.db = pk, False, DEFAULT_DB_ALIAS
+
+    def attributes_q(self, selection: list[tuple[str, tuple]], field: str = "attributes") -> Q:
+        """Containment of one object per combination of the values (``attributes @> '{"team": "a", "k": 2}' OR
+        attributes @> '{"team": "a", "k": "2"}'``), which the GIN index ``run_attributes_gin`` (jsonb_path_ops,
+        migration 0025) answers in one probe each, and the planner estimates as one condition (ANDed
+        containments were estimated as independent, and a rare pair read in the list's order). A key given
+        twice, or more than ``_COMBINATIONS`` objects: a containment per key, ANDed."""
+        keys = [key for key, _ in selection]
+        combinations = functools.reduce(lambda n, item: n * len(item[1]), selection, 1)
+        if len(set(keys)) < len(keys) or combinations > _COMBINATIONS:
+            return functools.reduce(lambda q, item: q & self.attributes_q([item], field), selection, Q())
+        match = Q()
+        for values in itertools.product(*(values for _, values in selection)):
+            match |= Q(**{f"{field}__contains": dict(zip(keys, values))})
+        return match
 
     def effect_insert(self, effect: Effect) -> bool:
         """One statement, no savepoint: the key claimed with ``ON CONFLICT DO NOTHING`` (which waits for a

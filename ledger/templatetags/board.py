@@ -10,6 +10,7 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 
 from ledger.authorizers import BY_NAME
+from ledger.domain.attributes import query_text
 from ledger.identities import DEMO_TIDYING
 from stateboard.errors import Refused
 from stateboard.moments import duration_words
@@ -29,6 +30,13 @@ def redact(value):
 @register.filter
 def redact_json(value):
     return redact_json_text(value)
+
+
+@register.filter
+def attr_query(value) -> str:
+    """A run attribute's value as ``attr.<key>=`` writes it (SPEC §15: ``true``, ``2``, the text), redacted as
+    every value a page shows."""
+    return redact_text(query_text(value))
 
 
 @register.filter

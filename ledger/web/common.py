@@ -24,7 +24,8 @@ class CappedPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        return self.object_list[: self.cap + 1].count()
+        # Unordered: any cap + 1 rows count (in the list's order, a rare filter walked the whole order's index).
+        return self.object_list.order_by()[: self.cap + 1].count()
 
     @property
     def capped(self) -> bool:
@@ -102,3 +103,15 @@ def evidence_view(ev) -> dict:
         # Pages load nothing from outside the server: an external image is a link, never an <img>.
         view.update(kind="external_image" if IMAGE_EXT.search(uri) else "link", href=redact(uri))  # linked redacted
     return view
+
+
+def attribute_filters(run_filter, query) -> list[dict]:
+    """The run filter's ``attr.<key>=<value>`` (SPEC §15) as the pages show them: hidden inputs that keep them
+    in the filter form (and the bulk form, the saved view), and each one's link to the page without it."""
+    found = []
+    for name, value in run_filter.attribute_params:
+        rest = query.copy()
+        rest.setlist(name, [v for v in query.getlist(name) if v != value])
+        rest.pop("page", None)
+        found.append({"name": name, "key": name.partition(".")[2], "value": value, "without": rest.urlencode()})
+    return found

@@ -5,6 +5,8 @@ import uuid
 from django import forms
 from django.http import QueryDict
 
+from ledger.domain.attributes import FILTER_PREFIX, KEY
+
 
 class ReasonForm(forms.Form):
     """Approve, retry, compensate: a reason is welcome but optional."""
@@ -64,10 +66,11 @@ class SavedViewForm(forms.Form):
     query = forms.CharField(required=False, max_length=2000, widget=forms.HiddenInput)
 
     def clean_query(self):
-        allowed = {"q", "workflow", "state", "intent", "since"}
+        """The run filter's parameters only: its fields and ``attr.<key>`` (SPEC §15: a saved view keeps them)."""
+        allowed = {"q", "workflow", "state", "intent", "since", "created_after", "created_before", "group"}
         query = QueryDict(self.cleaned_data.get("query") or "", mutable=True)
         for key in list(query):
-            if key not in allowed:
+            if key not in allowed and not (key.startswith(FILTER_PREFIX) and KEY.match(key[len(FILTER_PREFIX):])):
                 del query[key]
         return query.urlencode()
 

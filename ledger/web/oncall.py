@@ -12,7 +12,7 @@ from django_htmx.http import trigger_client_event
 from ledger import attempt_selectors, authorizers, selectors, services, stage_selectors
 from ledger.domain.machine import NEEDS_HUMAN_STATES
 from ledger.web import preview
-from ledger.web.common import form_checked, run_of_page
+from ledger.web.common import attribute_filters, form_checked, run_of_page
 from ledger.web.forms import BulkActionForm, PreviewForm, ReasonForm, RequiredReasonForm
 from stateboard.policy import ANY, NOTIFICATIONS_CHANGED, Policy, page, safe_next
 
@@ -40,8 +40,11 @@ def _oncall_context(request, params) -> dict:
     for name in [*form.fields, "superseded"]:
         if params.get(name):
             query[name] = params[name]
+    for name, value in run_filter.attribute_params:  # attr.<key>=<value> (SPEC §15), each kept
+        query.appendlist(name, value)
     next_url = reverse("ledger:oncall") + (f"?{query.urlencode()}" if query else "")
-    return {"form": form, "runs": runs, "history": history, "with_superseded": with_superseded,
+    return {"form": form, "runs": runs, "attr_filters": attribute_filters(run_filter, query), "history": history,
+            "with_superseded": with_superseded,
             "history_rows": HISTORY_ROWS, "needs": selectors.needs_human(user=request.user),
             "query": query.urlencode(), "next_url": next_url, "poll": bool(runs)}
 
@@ -123,18 +126,19 @@ def _bulk_action_of(request, kwargs) -> str:
 @page(Policy(roles=ANY, authorizer=authorizers.may_act_in_bulk, subject=_bulk_action_of, audit="oncall_bulk",
              audit_all=True), back=_oncall_back)
 def oncall_bulk(request):
-    """One POST for the selected runs of the filtered set; each run is decided on its own."""
+    """One POST for the selected runs of the filtered set (the filters, ``attr.<key>=`` too, come with it:
+    a selected run that no longer matches them is refused); each run is decided on its own."""
     back = _oncall_back(request)
     form = form_checked(BulkActionForm(request.POST))
     action, reason = form.cleaned_data["action"], (form.cleaned_data["reason"] or "").strip()
     wanted = form.cleaned_data["run"]
-    runs = {r.id: r for r in selectors.oncall_runs().qs.filter(id__in=wanted)}
+    runs = {r.id: r for r in selectors.oncall_runs(request.POST).qs.filter(id__in=wanted)}
     done, refusals = services.runs_act_in_bulk(action=action, run_ids=[i for i in wanted if i in runs],
                                                user=request.user, reason=reason)
     refused = []
     for run_id in wanted:
         if run_id not in runs:
-            refused.append((str(run_id)[:8], "not a failed, escalated or compensating run"))
+            refused.append((str(run_id)[:8], "not a failed, escalated or compensating run of these filters"))
         elif run_id in refusals:
             refused.append((f"{runs[run_id].workflow.slug} · {runs[run_id].intent}", refusals[run_id].detail))
     summary = f"{action.title()}: {len(done)} done, {len(refused)} refused."

@@ -11,7 +11,7 @@ from knowledge import selectors as knowledge_selectors
 from ledger import attempt_selectors, authorizers, selectors, services, stage_selectors
 from ledger.models import Run, SavedView
 from ledger.web import drawing, preview
-from ledger.web.common import CappedPaginator, evidence_view, form_error_text
+from ledger.web.common import CappedPaginator, attribute_filters, evidence_view, form_error_text
 from ledger.web.forms import SavedViewForm
 from stateboard.policy import ANY, Policy, page
 from stateboard.redact import redact_json
@@ -20,10 +20,10 @@ RUNS_PER_PAGE = 50
 EVENTS_PER_PAGE = 50
 
 
-def _unknown_filters(form) -> list[str]:
+def _unknown_filters(form, attribute_errors=None) -> list[str]:
     """Filter values the run filter could not use (an unknown workflow or state, a date that does not
-    parse): said on the page; the rest of the filters still apply."""
-    notes = []
+    parse, an ``attr.`` filter no attribute can match): said on the page; the rest of the filters still apply."""
+    notes = [f"{detail} The filter is ignored." for details in (attribute_errors or {}).values() for detail in details]
     for name in form.errors:
         value = form.data.get(name, "")
         if name in ("workflow", "state", "group"):
@@ -44,8 +44,9 @@ def run_list(request):
     query.pop("page", None)
     runs = stage_selectors.with_current_stage_time(page.object_list, now=timezone.now())
     context = {"form": form, "page": page, "runs": runs, "query": query.urlencode(),
+               "attr_filters": attribute_filters(run_filter, query),
                "grouped": form.is_valid() and form.cleaned_data.get("group") == "attempts",
-               "unknown": _unknown_filters(form) if request.GET else [],
+               "unknown": _unknown_filters(form, run_filter.attribute_errors) if request.GET else [],
                "saved_views": list(SavedView.objects.order_by("name")[:50]),
                "save_form": SavedViewForm(initial={"query": query.urlencode()})}
     template = "ledger/run_list.html#run-table" if request.htmx else "ledger/run_list.html"

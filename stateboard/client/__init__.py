@@ -130,8 +130,10 @@ class Client:
     # ------------------------------------------------------------ runs
 
     def trigger(self, workflow: str, inputs: Mapping[str, Any], intent: str | None = None,
-                trigger_key: str | None = None, env_fingerprint: str | None = None, staged: bool = False) -> Run:
-        """Trigger a run (201 new; 200 ``run.duplicate`` for a trigger key seen before).
+                trigger_key: str | None = None, env_fingerprint: str | None = None, staged: bool = False,
+                attributes: Mapping[str, Any] | None = None) -> Run:
+        """Trigger a run (201 new; 200 ``run.duplicate`` for a trigger key seen before); ``attributes`` label
+        it (SPEC §15).
 
         Without a ``trigger_key`` the client makes one, so a retried trigger is still one run.
         """
@@ -144,6 +146,8 @@ class Client:
             body["env_fingerprint"] = env_fingerprint
         if staged:
             body["staged"] = True
+        if attributes:
+            body["attributes"] = dict(attributes)
         response = self.request("POST", "/runs/", json=body)
         run = Run.from_body(self, response.json())
         # A duplicate of our own generated key is our retried request, not somebody else's run.

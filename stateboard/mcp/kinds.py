@@ -12,4 +12,5 @@ AGENT_KINDS = (
     ("unknown", "the effect's outcome was not observed: it must be verified"),
     ("corrected", "a note correcting an earlier event (data.corrects)"),
     ("compensated", "the approved compensation was performed and verified"),
+    ("attributes_set", "the run's attributes added or changed (data.attributes; null removes a key); moves nothing"),
 )

@@ -100,8 +100,13 @@ def build_server(client: Client) -> MCPServer:
         inputs: Annotated[Json, Field(description="the run's inputs (source versions, goal, constraints)")],
         intent: Annotated[str | None, Field(description="which job instance; default the workflow slug")] = None,
         trigger_key: Annotated[str | None, Field(description="the same key is the same run")] = None,
+        attributes: Annotated[Json | None, Field(description="labels to find the run by: at most 16 keys "
+                                                             "[a-z][a-z0-9_]{0,39}, each a string (<= 200 "
+                                                             "characters), integer, boolean or ISO 8601 time "
+                                                             "with zone; not inputs (no decision reads them)")] = None,
     ) -> CallToolResult:
-        return answer(lambda: tools.trigger(workflow, inputs, intent=intent, trigger_key=trigger_key))
+        return answer(lambda: tools.trigger(workflow, inputs, intent=intent, trigger_key=trigger_key,
+                                            attributes=attributes))
 
     @server.tool(description=f"Lease the queued run that was queued earliest (a schedule tick, a human, a "
                              f'retry), waiting up to wait_seconds; {{"run": null}} when none came. '

@@ -43,10 +43,11 @@ class Tools:
     # ------------------------------------------------------------ runs
 
     def trigger(self, workflow: str, inputs: dict, intent: str | None = None,
-                trigger_key: str | None = None) -> dict:
+                trigger_key: str | None = None, attributes: dict | None = None) -> dict:
         key = trigger_key or f"mcp:{uuid.uuid4()}"
         try:
-            return self._remember(self.client.trigger(workflow, inputs, intent=intent, trigger_key=key))
+            return self._remember(self.client.trigger(workflow, inputs, intent=intent, trigger_key=key,
+                                                      attributes=attributes))
         except StateboardUnavailable as exc:
             raise AnswerLost(exc, trigger_key=key) from exc
 

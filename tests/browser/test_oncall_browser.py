@@ -57,3 +57,30 @@ def test_dashboard_needs_a_human_first_and_recent_runs_stay_in_their_card(live_s
     shots = Path(os.environ.get("STATEBOARD_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
+
+
+def test_a_bulk_action_on_an_attribute_filtered_set(live_server, page, log_in):
+    """SPEC §15: /oncall/?attr.team=infra shows infra's escalations only; every one selected and abandoned in
+    one bulk action (htmx posts the filters with it), the other team's run untouched; the chip removes the
+    filter."""
+    from ledger.models import Run
+
+    agent = agent_driver(escalation_workflow())
+    runs = {intent: escalated_run(agent, intent)[1] for intent in ("infra-a", "infra-b", "web-a")}
+    for intent, run in runs.items():
+        Run.objects.filter(id=run["id"]).update(attributes={"team": intent.split("-")[0]})
+    log_in("oncall")
+    page.goto(f"{live_server.url}/oncall/?attr.team=infra")
+    now = page.locator("table[data-section=now]")
+    expect(now.locator("tr[data-state=escalated]")).to_have_count(2)
+    for box in page.locator("input[name=run][form=bulk-form]").all():
+        box.check()
+    page.select_option("select[name=action]", "abandon")
+    page.fill("#bulk-form input[name=reason]", "team retired")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("[data-apply]")
+    expect(page.locator("#oncall-table")).to_contain_text("Abandon: 2 done, 0 refused.")
+    states = dict(Run.objects.filter(id__in=[r["id"] for r in runs.values()]).values_list("intent", "state"))
+    assert states == {"infra-a": "abandoned", "infra-b": "abandoned", "web-a": "escalated"}
+    page.click("[data-attr-filter=team]")
+    expect(page.locator(f"#oncall-{runs['web-a']['id']}")).to_be_visible()

@@ -53,6 +53,9 @@ def test_a_workflow_carries_its_alert_rules():
     ({**RULES[2], "minutes": "30"}, "stuck", "minutes"),
     ({**RULES[2], "cron": "* * * * *"}, "stuck", "cron"),
     ({**RULES[4], "attributes": ["team"]}, "backlog", "attributes"),
+    ({**RULES[4], "attributes": {"Team": "infra"}}, "backlog", "attributes"),  # SPEC §15's keys and values
+    ({**RULES[4], "attributes": {"ratio": 0.5}}, "backlog", "attributes"),
+    ({**RULES[4], "attributes": {f"k{i}": i for i in range(17)}}, "backlog", "attributes"),
     ({**RULES[4], "minutes": 10}, "backlog", "minutes"),  # 600 s reach lease_seconds: never fires
 ])
 def test_an_invalid_rule_is_refused_naming_the_rule_and_field(rule, name, field):

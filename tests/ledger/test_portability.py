@@ -29,7 +29,8 @@ def _history():
     wf = make_workflow(approval_stages=[])
     _, token = make_agent()
     driver = AgentDriver(client_for(token), wf.slug)
-    run = driver.trigger(intent="a")
+    run = driver.trigger(intent="a", attributes={"team": "infra", "tier": 2})  # SPEC §15: kept by the ledger
+    driver.event(run["id"], run["current_stage"], "attributes_set", data={"attributes": {"tier": 3, "team": None}})
     for stage in wf.stages[:5]:
         driver.pass_stage(run["id"], stage, effect_stage=stage in wf.effect_stages)
     driver.trigger(intent="b")
@@ -133,6 +134,8 @@ def test_import_refuses_a_non_empty_database(tmp_path):
      "state is 'abandoned' in the file"),
     (lambda lines: next(r for r in lines if r["type"] == "effect").update(status="verified", reference="forged"),
      "effect"),
+    (lambda lines: next(r for r in lines if r["type"] == "run" and r["intent"] == "a").update(attributes={"tier": 4}),
+     "attributes is {'tier': 4} in the file, the ledger says {'tier': 3}"),
 ])
 def test_a_file_signed_after_tampering_is_refused_by_what_the_ledger_determines(tmp_path, damage, message):
     """Even with the key (a re-signed file), what the events determine must equal the file: nothing written."""

@@ -187,3 +187,23 @@ def test_mcp_lost_answer_is_unreachable_then_resent_and_recorded_once(live_serve
     assert recorded.count() == 1 and again["seq"] == recorded.get().seq
     assert real_events(run["id"]) == [("discovery", "started")]
     assert Run.objects.get(id=run["id"]).state == "execute"
+
+
+def test_mcp_trigger_carries_attributes_and_the_holder_changes_them(live_server):
+    """SPEC §15 over MCP: the trigger's ``attributes``, then ``attributes_set`` on the run's current stage."""
+    wf = small_workflow()
+
+    async def script(session):
+        call = Tools(session)
+        run = await call("stateboard_trigger", workflow=wf.slug, inputs={"source": "v1"},
+                         attributes={"team": "infra", "tier": 2})
+        await call("stateboard_event", run_id=run["id"], stage=run["current_stage"], kind="attributes_set",
+                   data={"attributes": {"tier": None, "hot": True}})
+        bad = await call("stateboard_trigger", error=True, workflow=wf.slug, inputs={"source": "v2"},
+                         attributes={"ratio": 0.5})
+        return run, await call("stateboard_run", run_id=run["id"]), bad
+
+    run, final, (text, body) = with_mcp(live_server.url, make_agent()[1], script)
+    assert run["attributes"] == {"team": "infra", "tier": 2}
+    assert final["attributes"] == {"team": "infra", "hot": True}
+    assert text.startswith("invalid_attributes: ") and body["status"] == 422

@@ -67,6 +67,9 @@ class Command(BaseCommand):
         parser.add_argument("--wait", type=float, default=30.0, help="longpoll: the waiters' wait_seconds (at most 30)")
         parser.add_argument("--calls", type=int, default=500,
                             help="longpoll: sequential /healthz calls and appends, alone and beside the waiters")
+        parser.add_argument("--runs", type=int, default=None,
+                            help="pages: runs in the table for the attribute filter's figures (SPEC §15; default "
+                                 "--scale x 1,000,000: the loaded history and as many bare labelled runs as it lacks)")
         parser.add_argument("--ops", type=int, default=300,
                             help="instructions, costs: operations counted per loop (after a warm-up of as many, at most 50)")
 
@@ -74,8 +77,9 @@ class Command(BaseCommand):
         try:
             if options["target"] in ("knowledge", "sweeps", "pages"):
                 bench = {"knowledge": knowledge, "sweeps": sweeps, "pages": pages}[options["target"]]
+                extra = {"runs": options["runs"]} if options["target"] == "pages" else {}
                 with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
-                    bench.run(out=self.stdout, scale=options["scale"])
+                    bench.run(out=self.stdout, scale=options["scale"], **extra)
                 return
             if options["target"] in ("longpoll", "fleet"):
                 with scratch_database(options["db_name"], Out(self.stdout), options["keep"]):
