@@ -9,7 +9,8 @@ rendered in this process by Django's test ``Client`` logged in as an editor
 the wall time of ``client.get``) and one more under ``CaptureQueriesContext`` for the statement count.
 With ``runs`` (default ``scale`` x 1,000,000) in the run table — the history and bare labelled runs
 (``attributes.labelled_runs_load``) — the first page of the attribute filters (SPEC §15: ≤ 1 % matching,
-p95 ≤ 300 ms), on the page and the API, and PostgreSQL's plan of it (the GIN index, not a scan).
+p95 ≤ 300 ms), on the page and the API, and PostgreSQL's plan of it (the GIN index, not a scan). Last,
+the alert evaluator's pass with 100 rules over that ledger (``alerts``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from django.test.utils import CaptureQueriesContext
 from ledger import services
 from ledger.identities import operator_create
 from ledger.models import Run, Workflow
-from ledger.ops.bench import attributes
+from ledger.ops.bench import alerts, attributes
 from ledger.ops.bench.appends import STREAM_STAGES, STREAM_WORKFLOW, plain_body, stream_workflow
 from ledger.ops.bench.common import Out, Report, Row, loadavg, percentile, ratio, verdict
 from ledger.ops.bench.loader import LedgerHistory
@@ -134,6 +135,8 @@ def run(*, out, scale: float = 1.0, samples: int | None = None, runs: int | None
         report.figures["attributes_index"] = attributes.uses_the_index(plans[rare]) and all(
             attributes.scans_no_run_table(lines) for lines in plans.values())
         report.figures["runs_in_table"] = Run.objects.count()
+        rules = alerts.rules_load(loader.workflows)
+        report.figures["alerts"] = alerts.evaluate(say, samples=max(3, samples // 6)) | {"rules": rules}
     finally:
         settings.DEBUG = debug_was
     total = f"{report.figures['runs_in_table']:,} runs / {loader.totals['events']:,} events"
@@ -153,6 +156,10 @@ def run(*, out, scale: float = 1.0, samples: int | None = None, runs: int | None
     index, scanned = report.figures["attributes_index"], report.figures["runs_in_table"] < attributes.INDEXED_FROM
     report.add(Row("attribute filters' plans: the GIN index, no scan", str(index), "", "",
                    "(info: a small table is scanned)" if scanned else "True", "" if scanned else verdict(index)))
+    a = report.figures["alerts"]
+    report.add(Row(f"alert evaluation, {a['rules']} rules: a pass p95, statements", f"{a['p95']:.2f} s, "
+                   f"{a['statements']}", f"first pass {a['first_seconds']:.2f} s, {a['opened']} opened", "",
+                   f"<= {alerts.TARGET_PASS_SECONDS:g} s", verdict(a["p95"] <= alerts.TARGET_PASS_SECONDS)))
     say("")
     say(f"== summary (server time in this process, {samples} requests each, with {total} loaded; "
         f"{time.perf_counter() - t_start:.0f} s; load average {loadavg()}) ==")
