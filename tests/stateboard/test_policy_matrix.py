@@ -385,6 +385,40 @@ def test_a_page_action_refuses_whom_its_policy_refuses_and_writes_nothing(name, 
     assert let_through.status_code not in (401, 403) and let_through.status_code < 500, (name, role, let_through)
 
 
+# A page people read (GET) is open to every signed-in identity unless its policy narrows it: those are here, each
+# with whom it shows to (the others get 403, plain and htmx).
+PAGE_READERS = {
+    "ledger:alert_list": frozenset({"editor", "owner", "oncall"}),
+    "ledger:agent_list": frozenset({"owner", "oncall"}),
+}
+
+
+def page_reads() -> dict:
+    """{route name: view} of every page without URL parameters that answers a GET (the API, admin and sign-in
+    apart)."""
+    return {resolve(_url(route, {})).view_name: view for route, _, view in endpoints()
+            if not route.startswith(("api/", "admin/", "integrations/", "login/")) and "GET" in methods_of(view)
+            and "<" not in route and "(?P" not in route}
+
+
+def test_the_readers_matrix_names_every_narrowed_page():
+    narrowed = {name for name, view in page_reads().items()
+                if (policy := declared(view, "GET")) is not None and (policy.roles != ANY or policy.authorizer)}
+    assert narrowed == set(PAGE_READERS)
+
+
+@pytest.mark.parametrize("name", sorted(PAGE_READERS))
+def test_a_narrowed_page_shows_to_its_readers_only(name, people):
+    url = reverse(name)
+    signed_out = Client().get(url)
+    assert signed_out.status_code == 302 and signed_out["Location"].startswith(reverse("login")), signed_out
+    for role in ROLES:
+        client = page_client(people[role][0])
+        for extra in ({}, HX):
+            expected = 200 if role in PAGE_READERS[name] else 403
+            assert client.get(url, **extra).status_code == expected, (name, role, extra)
+
+
 # ---------------------------------------------------------------- the admin
 
 def test_the_admin_writes_the_ledger_only_through_its_services():
