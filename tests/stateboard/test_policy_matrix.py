@@ -14,7 +14,7 @@ from django.test import Client, RequestFactory, override_settings
 from django.urls import get_resolver, resolve, reverse
 from django.utils import timezone
 
-from ledger.models import ApiToken, Approval, AuditEntry, Checkpoint, LedgerEvent, Notification, Run, Workflow
+from ledger.models import Alert, ApiToken, Approval, AuditEntry, Checkpoint, LedgerEvent, Notification, Run, Workflow
 from stateboard.policy import ANY, PUBLIC, policy_of
 from tests.factories import HX, client_for, make_agent, make_operator, make_workflow, page_client, unique
 from tests.ledger.helpers import AgentDriver
@@ -307,7 +307,17 @@ def _notification(people):
     return {"notification_id": notice.id}, {}
 
 
+def _firing_alert(people):
+    now = timezone.now()
+    alert = Alert.objects.create(key=unique("matrix/rule/subject"), workflow=make_workflow(), rule="matrix",
+                                 kind="queue_age", severity="page", subject="matrix", summary="matrix", opened_at=now,
+                                 updated_at=now)
+    return {"alert_id": alert.id}, {"reason": "matrix"}
+
+
 PAGE_ACTIONS = {
+    "ledger:alert_acknowledge": PageAction(_firing_alert, frozenset({"oncall"})),
+    "ledger:alert_resolve": PageAction(_firing_alert, frozenset({"oncall"})),
     "ledger:saved_view_create": PageAction(lambda p: ({}, {"name": unique("view"), "query": "state=failed"}), PEOPLE),
     "ledger:run_rollback": PageAction(_run_form(_completed, to_stage="build"), frozenset({"oncall", "owner"})),
     "ledger:approval_approve": PageAction(lambda p: ({"approval_id": _awaiting(p)["approval"]}, {"reason": "m"}),

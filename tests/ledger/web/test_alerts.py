@@ -59,3 +59,30 @@ def test_metrics_count_open_alerts_by_workflow_rule_and_severity():
     _alert(workflow, "c", state="resolved")
     text = texts(login("viewer")[0].get("/metrics"))
     assert 'stateboard_alerts_open{workflow="metered",rule="r",severity="page"} 2' in text
+
+
+def test_oncall_acknowledges_then_resolves_from_the_page_and_each_change_is_recorded():
+    from ledger.models import AlertChange
+
+    alert = _alert(make_workflow(), "stuck", run_id=uuid.uuid4())
+    client, user = login("oncall")
+    html = texts(client.get(URL))
+    assert 'data-action="acknowledge"' in html and 'data-action="resolve"' in html
+    fragment = texts(client.post(f"/alerts/{alert.id}/acknowledge/", {"reason": "looking"}, **HX))
+    assert "Acknowledged" in fragment and 'data-state="acknowledged"' in fragment
+    assert 'data-action="acknowledge"' not in fragment  # acknowledged: only resolve is left
+    refused = client.post(f"/alerts/{alert.id}/resolve/", {"reason": "  "}, **HX)
+    assert refused.status_code == 422
+    assert Alert.objects.get(id=alert.id).state == "acknowledged"
+    done = client.post(f"/alerts/{alert.id}/resolve/", {"reason": "fixed the runner"})
+    assert done.status_code == 302 and done["Location"] == URL
+    assert Alert.objects.get(id=alert.id).state == "resolved"
+    changes = [(c.state, c.by, c.reason) for c in AlertChange.objects.filter(alert=alert).order_by("id")]
+    assert changes == [("acknowledged", f"user:{user.username}", "looking"),
+                       ("resolved", f"user:{user.username}", "fixed the runner")]
+
+
+def test_editors_see_the_alerts_without_the_oncall_buttons():
+    _alert(make_workflow(), "stuck", run_id=uuid.uuid4())
+    html = texts(login("editor")[0].get(URL))
+    assert "summary stuck" in html and 'data-action="acknowledge"' not in html and 'data-action="resolve"' not in html
