@@ -11,6 +11,7 @@ sends the same runs again, with the same ids (``ledger.traces.context``). A run 
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from django.db.models import Q
@@ -19,6 +20,8 @@ from django.utils import timezone
 from ledger.models import TERMINAL_STATES, LedgerEvent, Run, TraceMark
 from ledger.traces import otlp
 from ledger.traces.spans import run_spans
+
+logger = logging.getLogger(__name__)
 
 MARK = "otlp"
 LAG = timedelta(seconds=30)  # far longer than any transaction that appends events
@@ -56,14 +59,18 @@ def _round(*, until, batch: int) -> tuple[int | None, bool]:
     runs = Run.objects.filter(id__in={w[2] for w in window}, intent__in={w[3] for w in window},
                               state__in=TERMINAL_STATES).select_related("workflow")
     ended = [run for run in runs if (run.id, run.event_count) in seen]
-    spans = []
-    for run in ended:
-        spans.extend(run_spans(run, list(LedgerEvent.objects.of_run(run)), workflow=run.workflow.slug,
-                               effect_stages=run.workflow.effect_stages or ()))
+    events_of = {run.id: [] for run in ended}
+    if ended:  # one read of the ended runs' events (by run and intent: their partitions only)
+        for event in LedgerEvent.objects.filter(run_id__in=list(events_of),
+                                                intent__in={run.intent for run in ended}):
+            events_of[event.run_id].append(event)
+    spans = [span for run in ended for span in run_spans(run, events_of[run.id], workflow=run.workflow.slug,
+                                                          effect_stages=run.workflow.effect_stages or ())]
     failure = otlp.send(spans) if spans else None
     last_id, last_at = window[-1][0], window[-1][1]
     if failure is not None:
         TraceMark.objects.filter(name=MARK).update(last_error=failure)
+        logger.warning("traces: %d runs not exported (%s); the next pass sends them again", len(ended), failure)
         return None, False
     TraceMark.objects.update_or_create(name=MARK, defaults={"at": last_at, "event_id": last_id,
                                                             "exported_at": timezone.now(), "last_error": ""})

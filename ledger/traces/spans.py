@@ -131,6 +131,7 @@ def _event_attributes(event) -> dict:
 class _Attempt:
     def __init__(self, opened, n: int, effect_stage: bool):
         self.opened, self.n, self.effect_stage = opened, n, effect_stage
+        self.claim = opened if opened.kind == K.STARTED else None  # the started event that claimed the effect
         self.events = [opened]
         self.closed = None
         self.tool_closed = None
@@ -151,6 +152,10 @@ def run_spans(run, events, *, workflow: str, effect_stages=()) -> list[Span]:
     attempts, open_by_stage, root_events, counts = [], {}, [], {}
     for event in events:
         attempt = open_by_stage.get(event.stage) if event.stage else None
+        if attempt is not None and event.kind == K.STARTED and attempt.claim is None:
+            attempt.claim = event  # the executor's start of a proposed stage: the same attempt
+            attempt.events.append(event)
+            continue
         if event.kind in OPENS and event.stage and not (attempt and event.kind == K.PROPOSED):
             if attempt is not None:  # started again without an end: the earlier attempt ends here, unfinished
                 attempt.closed = attempt.closed or event
@@ -162,7 +167,7 @@ def run_spans(run, events, *, workflow: str, effect_stages=()) -> list[Span]:
             continue
         if attempt is not None and event.kind not in SPAN_EVENT_KINDS:
             attempt.events.append(event)
-            if attempt.effect_stage and attempt.tool_closed is None and event.kind in TOOL_ENDS:
+            if attempt.claim is not None and attempt.tool_closed is None and event.kind in TOOL_ENDS:
                 attempt.tool_closed = event
             if attempt.ends_with(event):
                 attempt.closed = event
@@ -201,15 +206,16 @@ def _attempt_spans(run, attempt: _Attempt, trace_id: int, root_id: int, run_end:
     spans = [Span(f"stage {stage}", trace_id, attempt_id, root_id, opened.at,
                   closed.at if closed is not None else run_end, attributes,
                   error=(closed.reason_code or "failed") if failed else None)]
-    if attempt.effect_stage and opened.kind == K.STARTED:
+    claim = attempt.claim
+    if attempt.effect_stage and claim is not None:
         tool_end = attempt.tool_closed
         tool = {OPERATION: "execute_tool", TOOL_NAME: stage, **_effect_attributes(attempt.events),
-                RECEIPT: opened.hash, DISPOSITION: "simulate" if staged else "allow",
+                RECEIPT: claim.hash, DISPOSITION: "simulate" if staged else "allow",
                 "stateboard.effect.status": str(tool_end.kind) if tool_end is not None else "open"}
-        if getattr(opened, "idempotency_key", ""):
-            tool["stateboard.effect.idempotency_key"] = opened.idempotency_key
+        if getattr(claim, "idempotency_key", ""):
+            tool["stateboard.effect.idempotency_key"] = claim.idempotency_key
         tool_failed = tool_end is not None and tool_end.kind == K.FAILED and tool_end.stage == stage
-        spans.append(Span(f"execute_tool {stage}", trace_id, span_id(run.id, opened.seq, "tool"), attempt_id,
-                          opened.at, tool_end.at if tool_end is not None else spans[0].end, tool,
+        spans.append(Span(f"execute_tool {stage}", trace_id, span_id(run.id, claim.seq, "tool"), attempt_id,
+                          claim.at, tool_end.at if tool_end is not None else spans[0].end, tool,
                           error=(tool_end.reason_code or "failed") if tool_failed else None))
     return spans

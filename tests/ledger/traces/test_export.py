@@ -215,3 +215,21 @@ def test_tracing_adds_no_statement_to_an_append_or_a_trigger(monkeypatch, config
     driver = AgentDriver(client_for(token), make_workflow(stages=["work"], effect_stages=[], approval_stages=[]).slug)
     _trigger(driver)  # the token's first use writes its last use
     assert _trigger_statements(driver) == _trigger_statements(driver, traceparent=TRACEPARENT)
+
+
+def test_runs_ending_together_are_exported_in_rounds_each_once(collector):
+    wf = make_workflow(stages=["a", "b"], effect_stages=[], approval_stages=[])
+    runs = []
+    for n in range(3):
+        run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={"n": n}, intent=f"i{n}", actor="agent:a")
+        for stage in ("a", "b"):
+            for kind in ("started", "succeeded"):
+                services.event_append(run_id=run.id, body={"stage": stage, "kind": kind}, actor="agent:a")
+        runs.append(run)
+    total = LedgerEvent.objects.filter(run_id__in=[r.id for r in runs]).count()
+    assert services.traces_export(now=timezone.now() + timedelta(seconds=1), lag=timedelta(0), batch=4) == 3
+    roots = [s for s in collector.spans() if s["name"].startswith("invoke_workflow")]
+    assert sorted(s["trace_id"] for s in roots) == sorted(r.id.hex for r in runs)  # each once
+    assert len(collector.spans()) == 3 * 3
+    assert total > 3 * 4 and len(collector.requests) == 3  # rounds of 4 events, each run ending in its own
+    assert TraceMark.objects.get().event_id == LedgerEvent.objects.order_by("at", "id").last().id

@@ -150,3 +150,16 @@ def test_ids_without_a_traceparent_come_from_the_run():
     assert trace_ids(run_id, "garbage") == (run_id.int, None)
     assert span_id(run_id, 3, "stage") == span_id(str(run_id), 3, "stage") != span_id(run_id, 3, "tool")
     assert 0 < span_id(run_id, "run") < 2 ** 64
+
+
+def test_an_executor_stage_is_one_attempt_from_the_proposal_its_effect_from_the_executors_start():
+    events = _events(("", "decided", {}), ("deploy", "proposed", {}), ("deploy", "started", {}),
+                     ("deploy", "unknown", {}), ("deploy", "verified", {"effect": EFFECT}))
+    spans = _by_name(run_spans(_run(events), events, workflow="w", effect_stages=["deploy"]))
+    assert sorted(spans) == ["execute_tool deploy", "invoke_workflow w", "stage deploy"]
+    stage, tool = spans["stage deploy"], spans["execute_tool deploy"]
+    assert (stage.start, stage.end) == (events[1].at, events[4].at)
+    assert (tool.start, tool.end, tool.parent_id) == (events[2].at, events[3].at, stage.span_id)
+    assert (tool.attributes["stateboard.receipt_hash"], tool.attributes["stateboard.effect.status"]) == \
+        ("h03", "unknown")
+    assert tool.attributes["stateboard.effect.reference"] == "abc123"
