@@ -8,8 +8,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from ledger import services
+from ledger import services, tasks
 from ledger.models import LedgerEvent, Run, TraceMark
+from ledger.schedules import SWEEPS
 from ledger.store import store
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import EVIDENCE, AgentDriver
@@ -183,6 +184,17 @@ def test_without_an_endpoint_nothing_is_read_or_sent(monkeypatch, django_assert_
         monkeypatch.delenv(name, raising=False)
     with django_assert_num_queries(0):
         assert services.traces_export(now=timezone.now()) == 0
+        assert tasks.traces_export.apply().get() == 0  # beat's task, every 10 s
+    assert SWEEPS["stateboard: export traces"] == ("ledger.tasks.traces_export", 10)
+
+
+def test_beats_task_exports_with_the_standard_variables(collector, monkeypatch):
+    _, agent, run = _deploy_run()
+    _finish(agent, run["id"])
+    assert tasks.traces_export.apply().get() == 0 and collector.spans() == []  # its events are younger than the lag
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "stateboard-eu")
+    assert services.traces_export(now=timezone.now() + timedelta(minutes=1)) == 1
+    assert {s["resource"]["service.name"] for s in collector.spans()} == {"stateboard-eu"}
 
 
 def _append_statements(run, n) -> int:
