@@ -133,7 +133,8 @@ class _Attempt:
         self.opened, self.n, self.effect_stage = opened, n, effect_stage
         self.claim = opened if opened.kind == K.STARTED else None  # the started event that claimed the effect
         self.events = [opened]
-        self.closed = None
+        self.closed = None  # the event that ended it
+        self.cut = None  # the stage's next start, when it never ended
         self.tool_closed = None
 
     def ends_with(self, event) -> bool:
@@ -158,8 +159,7 @@ def run_spans(run, events, *, workflow: str, effect_stages=()) -> list[Span]:
             continue
         if event.kind in OPENS and event.stage and not (attempt and event.kind == K.PROPOSED):
             if attempt is not None:  # started again without an end: the earlier attempt ends here, unfinished
-                attempt.closed = attempt.closed or event
-                attempt.tool_closed = attempt.tool_closed or event
+                attempt.cut = event
             counts[event.stage] = counts.get(event.stage, 0) + 1
             attempt = _Attempt(event, counts[event.stage], event.stage in effect_stages)
             attempts.append(attempt)
@@ -196,15 +196,15 @@ def run_spans(run, events, *, workflow: str, effect_stages=()) -> list[Span]:
 def _attempt_spans(run, attempt: _Attempt, trace_id: int, root_id: int, run_end: datetime,
                    staged: bool) -> list[Span]:
     opened, closed, stage = attempt.opened, attempt.closed, attempt.opened.stage
-    attributes = {"stateboard.stage": stage, "stateboard.attempt": attempt.n,
-                  "stateboard.status": str(closed.kind) if closed is not None else "open",
+    status = str(closed.kind) if closed is not None else "interrupted" if attempt.cut is not None else "open"
+    end = closed.at if closed is not None else attempt.cut.at if attempt.cut is not None else run_end
+    attributes = {"stateboard.stage": stage, "stateboard.attempt": attempt.n, "stateboard.status": status,
                   RECEIPT: (closed or opened).hash, **usage_attributes(attempt.events)}
     if closed is not None and closed.reason_code:
         attributes["stateboard.reason_code"] = closed.reason_code
-    failed = closed is not None and closed.kind == K.FAILED and closed.stage == stage
+    failed = closed is not None and closed.kind == K.FAILED
     attempt_id = span_id(run.id, opened.seq, "stage")
-    spans = [Span(f"stage {stage}", trace_id, attempt_id, root_id, opened.at,
-                  closed.at if closed is not None else run_end, attributes,
+    spans = [Span(f"stage {stage}", trace_id, attempt_id, root_id, opened.at, end, attributes,
                   error=(closed.reason_code or "failed") if failed else None)]
     claim = attempt.claim
     if attempt.effect_stage and claim is not None:
@@ -214,7 +214,7 @@ def _attempt_spans(run, attempt: _Attempt, trace_id: int, root_id: int, run_end:
                 "stateboard.effect.status": str(tool_end.kind) if tool_end is not None else "open"}
         if getattr(claim, "idempotency_key", ""):
             tool["stateboard.effect.idempotency_key"] = claim.idempotency_key
-        tool_failed = tool_end is not None and tool_end.kind == K.FAILED and tool_end.stage == stage
+        tool_failed = tool_end is not None and tool_end.kind == K.FAILED
         spans.append(Span(f"execute_tool {stage}", trace_id, span_id(run.id, claim.seq, "tool"), attempt_id,
                           claim.at, tool_end.at if tool_end is not None else spans[0].end, tool,
                           error=(tool_end.reason_code or "failed") if tool_failed else None))

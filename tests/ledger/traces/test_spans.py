@@ -163,3 +163,12 @@ def test_an_executor_stage_is_one_attempt_from_the_proposal_its_effect_from_the_
     assert (tool.attributes["stateboard.receipt_hash"], tool.attributes["stateboard.effect.status"]) == \
         ("h03", "unknown")
     assert tool.attributes["stateboard.effect.reference"] == "abc123"
+
+
+def test_a_stage_started_again_cuts_the_attempt_that_never_ended():
+    events = _events(("", "decided", {}), ("build", "started", {}), ("build", "started", {}),
+                     ("build", "succeeded", {}))
+    _, first, second = run_spans(_run(events), events, workflow="w")
+    assert (first.end, first.attributes["stateboard.status"], first.error) == (events[2].at, "interrupted", None)
+    assert (second.start, second.end, second.attributes["stateboard.status"]) == \
+        (events[2].at, events[3].at, "succeeded")
