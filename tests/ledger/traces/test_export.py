@@ -245,3 +245,32 @@ def test_runs_ending_together_are_exported_in_rounds_each_once(collector):
     assert len(collector.spans()) == 3 * 3
     assert total > 3 * 4 and len(collector.requests) == 3  # rounds of 4 events, each run ending in its own
     assert TraceMark.objects.get().event_id == LedgerEvent.objects.order_by("at", "id").last().id
+
+
+def test_on_calls_actions_and_an_effect_that_failed_are_in_the_runs_trace(collector):
+    wf = make_workflow(stages=["build", "deploy"], effect_stages=["deploy"], approval_stages=[], max_retries=1)
+    _, token = make_agent()
+    agent = AgentDriver(client_for(token), wf.slug)
+    run = _trigger(agent)
+    agent.pass_stage(run["id"], "build")
+    agent.event(run["id"], "deploy", "started")
+    agent.event(run["id"], "deploy", "failed", reason_code="effect_absent")  # the effect never happened
+    assert Run.objects.get(id=run["id"]).state == "failed"
+    escalated = _trigger(agent)  # over the retry budget: on-call decides
+    assert escalated["state"] == "escalated"
+    oncall, oncall_token = make_operator("oncall")
+    assert client_for(oncall_token).post(f"/api/v1/runs/{escalated['id']}/abandon/", {"reason": "repo archived"},
+                                         format="json").status_code == 200
+    assert _export() == 2
+    spans = collector.spans()
+    failed = {s["name"]: s for s in spans if s["trace_id"] == run["id"].replace("-", "")}
+    assert (failed["execute_tool deploy"]["status"], failed["execute_tool deploy"]["status_message"]) == \
+        (ERROR, "effect_absent")
+    assert failed["execute_tool deploy"]["parent_id"] == failed["stage deploy"]["span_id"]
+    assert failed["stage deploy"]["status"] == ERROR and failed["stage build"]["status"] != ERROR
+    (root,) = [s for s in spans if s["trace_id"] == escalated["id"].replace("-", "")]
+    events = dict(root["events"])
+    assert root["attributes"]["stateboard.decision"] == "escalated"
+    assert root["attributes"]["stateboard.state"] == "abandoned" and root["status"] != ERROR
+    assert events["abandoned"]["stateboard.actor"] == f"user:{oncall.username}"
+    assert "escalation_raised" in events and "escalation_closed" in events
