@@ -51,7 +51,7 @@ def _round(*, until, batch: int) -> tuple[int | None, bool]:
     mark = TraceMark.objects.filter(name=MARK).first()
     events = LedgerEvent.objects.filter(at__lte=until)
     if mark is not None:
-        events = events.filter(Q(at__gt=mark.at) | Q(at=mark.at, id__gt=mark.event_id))
+        events = events.filter(Q(at__gt=mark.at) | Q(at=mark.at, id__gt=mark.event_id), at__gte=mark.at)  # (a range)
     window = list(events.order_by("at", "id").values_list("id", "at", "run_id", "intent", "seq")[:batch])
     if not window:
         return 0, False
