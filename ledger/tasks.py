@@ -79,3 +79,9 @@ def alerts_evaluate() -> dict:
 def rollups_refresh() -> int:
     """Recompute the reports' rollups of the hours touched since the last pass; safe to run twice, or at once."""
     return services.rollups_refresh(now=timezone.now())
+
+
+@shared_task(acks_late=True, **DB_RETRY)
+def traces_export() -> int:
+    """Export the traces of the runs that ended since the mark (SPEC §16); nothing without an OTLP endpoint."""
+    return services.traces_export(now=timezone.now())

@@ -59,7 +59,8 @@ OPS = named({
         "Triggers a run of a workflow and answers it with its recovery `decision` (201). A trigger whose "
         "`(workflow, trigger_key)` was seen with the same intent and inputs answers the existing run with "
         "`duplicate: true` (200), with its attributes as they are. `attributes` label a new run (SPEC §15). A "
-        "run an agent triggers is leased to it at once. Agents, editors, owners and on-call (not viewers).",
+        "run an agent triggers is leased to it at once. A W3C `traceparent` header starts the run's trace (SPEC §16; "
+        "a malformed one is ignored). Agents, editors, owners and on-call (not viewers).",
         {403: ["agent_not_allowed"], 409: ["trigger_key_mismatch", "active_run_exists", "workflow_archived"],
          422: ["validation_error", "unknown_workflow", "invalid_trigger", "reserved_trigger_key",
                "invalid_attributes"]}),

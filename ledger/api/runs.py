@@ -72,7 +72,8 @@ class RunListCreateApi(PolicyListApi):
             workflow_slug=data["workflow"], intent=data.get("intent") or None, trigger=trigger,
             trigger_key=data.get("trigger_key") or None, inputs=data["inputs"],
             env_fingerprint=data.get("env_fingerprint", ""), actor=actor_for(user), staged=data.get("staged", False),
-            arrived=arrived, attributes=data.get("attributes"))
+            arrived=arrived, attributes=data.get("attributes"),
+            traceparent=request.headers.get("traceparent", ""))  # SPEC §16: starts the run's trace
         return Response(run_body(run, duplicate=not created),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 

@@ -19,7 +19,7 @@ from ledger.models.alerts import Alert, AlertChange, AlertSilence
 from ledger.models.chat import SlackIdentity, SlackSignature
 from ledger.models.goals import Goal, StageGeneration
 from ledger.models.keys import EffectKey, RunKey
-from ledger.models.ops import Notification, Outbox, ReplayEval, SavedView
+from ledger.models.ops import Notification, Outbox, ReplayEval, SavedView, TraceMark
 from ledger.models.rollups import ReportRollup
 from ledger.models.runs import (
     DEFAULT_APPROVAL_STAGES,
@@ -43,7 +43,7 @@ from ledger.models.runs import (
 )
 
 GOAL_MODELS = (Goal, StageGeneration)
-OPS_MODELS = (Notification, Outbox, ReplayEval, SavedView, ReportRollup)
+OPS_MODELS = (Notification, Outbox, ReplayEval, SavedView, ReportRollup, TraceMark)
 
 __all__ = [
     "DEFAULT_APPROVAL_STAGES", "DEFAULT_EFFECT_STAGES", "DEFAULT_STAGES", "GOAL_MODELS", "HOLDING_STATES",
@@ -51,6 +51,6 @@ __all__ = [
     "Agent", "Alert", "AlertChange", "AlertSilence", "ApiToken", "Approval", "AuditEntry", "Checkpoint", "Effect",
     "EffectKey", "EffectStatus", "EventKind", "Goal",
     "LedgerEvent", "Notification", "Outbox", "ReplayEval", "ReportRollup", "Run", "RunKey", "RunState", "SavedView",
-    "SlackIdentity", "SlackSignature", "StageGeneration", "Trigger", "Workflow", "append_only_triggers",
+    "SlackIdentity", "SlackSignature", "StageGeneration", "TraceMark", "Trigger", "Workflow", "append_only_triggers",
     "default_approval_stages", "default_effect_stages", "default_stages",
 ]

@@ -1,4 +1,5 @@
-"""The product's own bookkeeping: notifications, the transactional outbox, replay results, saved views."""
+"""The product's own bookkeeping: notifications, the transactional outbox, the trace export's mark, replay
+results, saved views."""
 
 from django.conf import settings
 from django.db import models
@@ -73,6 +74,20 @@ class Outbox(models.Model):
 
     def __str__(self):
         return f"{self.task} ({'sent' if self.sent_at else 'pending'})"
+
+
+class TraceMark(models.Model):
+    """How far the trace export (SPEC §16, ``ledger/traces/``) has read the ledger: the last event, by
+    (``at``, ``id``), of a batch the collector accepted. Advanced only after it accepted it."""
+
+    name = models.CharField(max_length=100, unique=True)  # the exporter's (one per collector)
+    at = models.DateTimeField()
+    event_id = models.BigIntegerField()
+    exported_at = models.DateTimeField()
+    last_error = models.CharField(max_length=500, blank=True)
+
+    def __str__(self):
+        return f"{self.name} @ {self.at:%Y-%m-%d %H:%M:%S} #{self.event_id}"
 
 
 class ReplayEval(models.Model):

@@ -175,6 +175,9 @@ class Run(models.Model):
     # ledger's ``attributes_set`` events merged; no fingerprint or decision reads them. On PostgreSQL a GIN
     # index (jsonb_path_ops, migration 0025) serves the ``attr.<key>=`` filter's containment.
     attributes = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
+    # SPEC §16: the W3C ``traceparent`` of the trigger request, when it sent a valid one (the run's trace
+    # continues the caller's); written by the run's INSERT, read only by the trace export (ledger/traces/).
+    traceparent = models.CharField(max_length=55, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["-created_at"]

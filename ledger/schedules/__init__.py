@@ -23,6 +23,7 @@ SWEEPS = {
     "stateboard: executor attempts": ("ledger.tasks.executor_sweep", 60),
     "stateboard: report rollups": ("ledger.tasks.rollups_refresh", 60),
     "stateboard: evaluate alerts": ("ledger.tasks.alerts_evaluate", 60),  # SPEC §14
+    "stateboard: export traces": ("ledger.tasks.traces_export", 10),  # SPEC §16 (nothing without OTEL_*)
 }
 SLOT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 

@@ -62,6 +62,7 @@ from ledger.services.slack import (
     slack_signatures_prune,
     slack_user_of,
 )
+from ledger.services.traces import traces_export
 from ledger.services.workflows import POLICY_FIELDS, workflow_create, workflow_update, workflow_validate
 from ledger.services.writer import (
     EXECUTOR,
@@ -84,7 +85,7 @@ __all__ = [
     "event_hash_fields", "goal_create", "goals_of", "input_fingerprint", "oncall_refusal", "retry_input",
     "rollback_preview", "run_rollback", "saved_view_save", "holding_runs", "parse_moment", "permit_find",
     "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate", "approval_notify",
-    "notification_read", "notifications_read_all", "notifications_send", "notifications_settle", "rollups_refresh",
+    "notification_read", "notifications_read_all", "notifications_send", "notifications_settle", "rollups_refresh", "traces_export",
     "run_act", "run_retry", "runs_act_in_bulk", "run_trigger", "runs_expire_leases", "executor_run",
     "executor_sweep", "run_lease", "outbox_put", "outbox_relay", "schedule_tick", "workflow_create",
     "workflow_update", "workflow_validate", "file_form", "file_parse", "outcome_lines", "workflows_apply",

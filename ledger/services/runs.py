@@ -23,6 +23,7 @@ from ledger.services.versions import goals_latest
 from ledger.services.writer import RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock, workflow_spec
 from ledger.store import store
 from ledger.store.reads import Reads
+from ledger.traces.context import traceparent_checked
 from stateboard.canonical import canonical_json
 from stateboard.errors import Conflict, Invalid
 
@@ -256,13 +257,16 @@ def _trigger_key_run(workflow_slug: str, *, trigger_key: str, intent: str, input
 
 def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigger: str = Trigger.API,
                 trigger_key: str | None = None, env_fingerprint: str = "", actor: str = "system",
-                staged: bool = False, arrived: float | None = None, attributes=None) -> tuple[Run, bool]:
+                staged: bool = False, arrived: float | None = None, attributes=None,
+                traceparent: str = "") -> tuple[Run, bool]:
     """Trigger a run: dedupe by trigger key (one read, before any transaction or lock), lock the intent,
     expire dead leases, decide, record. Returns (run, created). Triggers of different intents of one
     workflow never wait for each other. A staged run (SPEC §10.3) reads and expires nothing: its
     decision is always fresh / staged. ``arrived``: when the request came (``time.monotonic()``): a new
     run's decision latency (SPEC §7) is recorded once its decision has committed. ``attributes`` (SPEC §15,
-    422 ``invalid_attributes``) label a new run; a duplicate answers its run with the attributes it has."""
+    422 ``invalid_attributes``) label a new run; a duplicate answers its run with the attributes it has.
+    ``traceparent`` (SPEC §16, the trigger request's W3C header) is kept on a new run when valid, ignored
+    otherwise: the run's trace continues the caller's."""
     staged = bool(staged)
     attributes = attributes_checked(attributes)
     if trigger_key and trigger in Trigger.values:  # otherwise refused below, in the order of its checks
@@ -275,7 +279,8 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
             run, created = _run_trigger_locked(workflow_slug=workflow_slug, inputs=inputs, intent=intent,
                                                trigger=trigger, trigger_key=trigger_key,
                                                env_fingerprint=env_fingerprint, actor=actor, staged=staged,
-                                               attributes=attributes)
+                                               attributes=attributes,
+                                               traceparent=traceparent_checked(traceparent))
     except _InsertRefused as refused:
         # The intent lock serialises triggers of an intent; these are the database's backstops: the key
         # taken meanwhile by a trigger of another intent, or another active run of this intent.
@@ -311,7 +316,8 @@ def workflow_active_require(workflow: Workflow) -> None:
 
 
 def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigger: str, trigger_key: str | None,
-                        env_fingerprint: str, actor: str, staged: bool, attributes: dict) -> tuple[Run, bool]:
+                        env_fingerprint: str, actor: str, staged: bool, attributes: dict,
+                        traceparent: str = "") -> tuple[Run, bool]:
     if trigger not in Trigger.values:
         raise Invalid("invalid_trigger", f"trigger must be one of {', '.join(Trigger.values)}.")
     intent = intent or workflow_slug
@@ -351,7 +357,7 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
     run = Run(workflow=workflow, intent=intent, trigger=trigger, trigger_key=trigger_key, inputs=inputs,
               input_fingerprint=fingerprint, policy_version=workflow.policy_version,
               env_fingerprint=env_fingerprint, state="captured", triggered_by=actor, created_at=now,
-              staged=bool(staged), goal_version=goal_version, attributes=attributes)
+              staged=bool(staged), goal_version=goal_version, attributes=attributes, traceparent=traceparent)
     writer = RunWriter(run, actor, now)
     if attributes:  # the ledger holds them (export and import rebuild them from its events), in the run's insert
         writer.emit(ATTRIBUTES_SET, data={"attributes": attributes})

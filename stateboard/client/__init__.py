@@ -61,6 +61,19 @@ def run_id_of(value: Any) -> str:
         raise StateboardInvalid(0, "invalid_run_id", f"A run id is a UUID, not {str(value)[:80]!r}.") from None
 
 
+def current_traceparent() -> str | None:
+    """The W3C ``traceparent`` of the caller's current OpenTelemetry span, or None (no valid current span, or
+    no ``opentelemetry-api``: the client never needs it)."""
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
 class Client:
     """One keep-alive HTTP connection pool to a Stateboard server."""
 
@@ -84,7 +97,8 @@ class Client:
     # ------------------------------------------------------------ transport
 
     def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None,
-                idempotent: bool = True, timeout: float | None = None) -> httpx.Response:
+                idempotent: bool = True, timeout: float | None = None,
+                headers: Mapping[str, str] | None = None) -> httpx.Response:
         """Send one request with retries; answers a 2xx response or raises ``StateboardError``."""
         url = path if path.startswith("http") else f"{API}{path}"
         last: Exception | None = None
@@ -92,7 +106,7 @@ class Client:
             if attempt:
                 time.sleep(min(self.backoff * 2 ** (attempt - 1), 5.0))
             try:
-                response = self.http.request(method, url, json=json, params=params,
+                response = self.http.request(method, url, json=json, params=params, headers=headers,
                                              timeout=timeout or self.timeout)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 last = exc  # never reached the server: safe to resend anything
@@ -131,11 +145,13 @@ class Client:
 
     def trigger(self, workflow: str, inputs: Mapping[str, Any], intent: str | None = None,
                 trigger_key: str | None = None, env_fingerprint: str | None = None, staged: bool = False,
-                attributes: Mapping[str, Any] | None = None) -> Run:
+                attributes: Mapping[str, Any] | None = None, traceparent: str | None = None) -> Run:
         """Trigger a run (201 new; 200 ``run.duplicate`` for a trigger key seen before); ``attributes`` label
         it (SPEC §15).
 
-        Without a ``trigger_key`` the client makes one, so a retried trigger is still one run.
+        Without a ``trigger_key`` the client makes one, so a retried trigger is still one run. The run's trace
+        (SPEC §16) continues ``traceparent`` (a W3C header value) when given, else the caller's current
+        OpenTelemetry span when there is one (and ``opentelemetry-api`` is installed).
         """
         own_key = trigger_key is None
         body: dict[str, Any] = {"workflow": workflow, "inputs": dict(inputs),
@@ -148,7 +164,9 @@ class Client:
             body["staged"] = True
         if attributes:
             body["attributes"] = dict(attributes)
-        response = self.request("POST", "/runs/", json=body)
+        traceparent = traceparent or current_traceparent()
+        response = self.request("POST", "/runs/", json=body,
+                                headers={"traceparent": traceparent} if traceparent else None)
         run = Run.from_body(self, response.json())
         # A duplicate of our own generated key is our retried request, not somebody else's run.
         run.duplicate = response.status_code == 200 and not own_key

@@ -24,6 +24,9 @@ def export_key(monkeypatch):
     monkeypatch.setenv("STATEBOARD_EXPORT_KEY", KEY)
 
 
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
 def _history():
     """A history with what the ledger keeps: effects, a staged run, a queued run, a goal, an executor, claims."""
     wf = make_workflow(approval_stages=[])
@@ -33,7 +36,9 @@ def _history():
     driver.event(run["id"], run["current_stage"], "attributes_set", data={"attributes": {"tier": 3, "team": None}})
     for stage in wf.stages[:5]:
         driver.pass_stage(run["id"], stage, effect_stage=stage in wf.effect_stages)
-    driver.trigger(intent="b")
+    traced = driver.client.post("/api/v1/runs/", {"workflow": wf.slug, "intent": "b", "inputs": {"v": 1}},
+                                format="json", headers={"traceparent": TRACEPARENT})  # SPEC §16: kept with the run
+    assert Run.objects.get(id=traced.json()["id"]).traceparent == TRACEPARENT
     driver.trigger(intent="staged", staged=True)
     editor = client_for(make_operator("editor")[1])
     AgentDriver(editor, wf.slug).trigger(intent="queued")
@@ -116,6 +121,7 @@ def test_export_then_import_is_the_same_system_and_decides_the_same(tmp_path):
     again = _export()
     assert [r for r in again.splitlines() if r not in exported.splitlines()][:2] == []
     assert again == exported  # nothing lost, nothing added: the same file, signature included
+    assert Run.objects.filter(intent="b").values_list("traceparent", flat=True).get() == TRACEPARENT
     assert Workflow.objects.create(slug="after").id > wf.id  # sequences continued past the imported ids
 
 
