@@ -119,6 +119,8 @@ def test_sign_out_ends_the_session_and_at_the_issuer(sso, idp):
     provider_user(idp, sub, {"preferred_username": unique("cy"), "groups": ["pager"]})
     client, answer = sign_in_at_mock(sso, sub)
     token = CSRF.search(answer.text).group(1)
+    # a browser holds a form's redirects to its page's form-action: the issuer's origin is allowed, for this session
+    assert f"form-action 'self' {idp};" in answer.headers["content-security-policy"]
     out = client.post(f"{sso}/logout/", data={"csrfmiddlewaretoken": token}, follow_redirects=False)
     assert out.status_code == 302
     assert out.headers["location"].startswith(f"{idp}/oauth2/end_session?"), out.headers["location"]
@@ -155,6 +157,7 @@ def test_a_valid_signed_token_signs_in_with_pkce_and_the_configured_groups_claim
     assert signing.seen["scope"] == "openid profile email" and signing.seen["nonce"]
     person = _person(sub)
     assert person.username == sub  # no preferred_username: the sub
+    assert "form-action 'self';" in answer.headers["content-security-policy"]  # no end-session endpoint
     assert _roles(person) == {"editor"}
     out = client.post(f"{signing.url}/logout/", data={"csrfmiddlewaretoken": CSRF.search(answer.text).group(1)},
                       follow_redirects=False)
