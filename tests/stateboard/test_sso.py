@@ -140,9 +140,9 @@ def signing(settings, live_server):
         yield provider
 
 
-def _sign_in_signed(provider) -> tuple[httpx.Client, httpx.Response]:
+def _sign_in_signed(provider, query: str = "") -> tuple[httpx.Client, httpx.Response]:
     client = http_client()
-    return client, client.get(f"{provider.url}/login/sso/")
+    return client, client.get(f"{provider.url}/login/sso/{query}")
 
 
 def test_a_valid_signed_token_signs_in_with_pkce_and_the_configured_groups_claim(signing):
@@ -162,6 +162,22 @@ def test_a_valid_signed_token_signs_in_with_pkce_and_the_configured_groups_claim
     out = client.post(f"{signing.url}/logout/", data={"csrfmiddlewaretoken": CSRF.search(answer.text).group(1)},
                       follow_redirects=False)
     assert out.status_code == 302 and out.headers["location"] == "/login/"
+
+
+def test_the_page_asked_for_is_where_single_sign_on_lands_when_it_is_ours(signing):
+    signing.claims = {"sub": unique("sub"), "idp_groups": ["deployers"]}
+    assert _sign_in_signed(signing, "?next=/approvals/")[1].url.path == "/approvals/"
+    signing.claims = {"sub": unique("sub"), "idp_groups": ["deployers"]}
+    elsewhere = _sign_in_signed(signing, "?next=//elsewhere.example/")[1]
+    assert elsewhere.url.host == "localhost" and elsewhere.url.path == "/"
+
+
+def test_a_discovery_document_naming_another_issuer_is_not_followed(signing, settings):
+    """The same provider reached as `localhost`: its document names 127.0.0.1, so nothing is asked of it."""
+    settings.OIDC_ISSUER = signing.issuer.replace("127.0.0.1", "localhost")
+    answer = http_client().get(f"{signing.url}/login/sso/")
+    assert answer.url.path == "/login/" and "names another issuer" in answer.text
+    assert "nonce" not in signing.seen
 
 
 @pytest.mark.parametrize("mode", ["forged", "expired", "wrong_nonce", "wrong_aud", "wrong_iss"])
@@ -192,6 +208,13 @@ def test_without_configuration_no_single_sign_on_is_offered(settings):
     assert Client().get("/login/sso/").status_code == 404
     page = Client().get("/login/").content.decode()
     assert "single sign-on" not in page and 'name="password"' in page
+
+
+@pytest.mark.django_db
+def test_a_provider_that_does_not_answer_sends_back_to_sign_in_with_a_message(settings):
+    _configure(settings, "http://127.0.0.1:9")  # the discard port: nothing listens
+    answer = Client().get("/login/sso/", follow=True)
+    assert answer.redirect_chain[-1][0] == "/login/" and "does not answer" in answer.content.decode()
 
 
 @pytest.mark.django_db
