@@ -241,6 +241,7 @@ def test_oidc_only_refuses_passwords_for_people_but_not_agents_tokens(settings):
     assert get_user_model().objects.filter(username=name).exists()
 
 
+@pytest.mark.slow  # a Python process of its own per case
 @pytest.mark.parametrize(("env", "message"), [({"OIDC_ROLE_MAP": '{"deployers": "admin"}'}, "OIDC_ROLE_MAP"),
                                               ({"OIDC_ROLE_MAP": '["editor"]'}, "OIDC_ROLE_MAP"),
                                               ({"OIDC_ONLY": "1"}, "OIDC_ONLY")])
