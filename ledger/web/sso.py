@@ -101,7 +101,7 @@ def sso_callback(request):
                "aud": {"essential": True, "values": [settings.OIDC_CLIENT_ID]}, "exp": {"essential": True}}
     try:
         token = client.authorize_access_token(request, claims_options=options)
-    except (OAuthError, JoseError, ValueError, KeyError) as exc:
+    except (OAuthError, JoseError, ValueError, KeyError, RuntimeError) as exc:  # RuntimeError: no jwks_uri
         _refuse(request, "sso_invalid", f"The single sign-on answer was refused ({exc.__class__.__name__}).")
     except requests.RequestException as exc:
         raise DomainError("sso_unavailable", "The identity provider does not answer; try again later.",
