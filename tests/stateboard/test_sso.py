@@ -251,3 +251,29 @@ def test_a_wrong_configuration_stops_the_start(env, message):
     started = subprocess.run([sys.executable, "-c", "import stateboard.settings"], env=environ,
                              capture_output=True, text=True, timeout=60)
     assert started.returncode != 0 and "ImproperlyConfigured" in started.stderr and message in started.stderr
+
+
+# ---------------------------------------------------------------- the person, without a provider
+
+@pytest.mark.django_db
+def test_groups_roles_and_names_are_read_from_the_claims_as_the_contract_says(settings):
+    from ledger.identities_sso import sso_groups, sso_name, sso_roles, sso_sign_in
+    from stateboard.errors import Refused
+
+    settings.OIDC_ROLE_MAP = ROLE_MAP | {"staff": "viewer"}
+    assert sso_groups({"groups": "pager"}) == ["pager"]  # a lone name
+    assert sso_groups({"groups": ["pager", 7, None, " ", "pager", "owner"]}) == ["owner", "pager"]
+    assert sso_groups({"groups": {"pager": True}}) == [] and sso_groups({}) == []
+    assert sso_roles(["owner", "editor", "staff", "pager"]) == ["oncall", "viewer"]
+    assert sso_name({"preferred_username": " \t", "sub": "s 1"}) == "s1"
+    with pytest.raises(Refused) as refused:
+        sso_sign_in(issuer="https://idp.example", claims={"sub": "x", "groups": ["owner", "editor"]})
+    assert refused.value.code == "sso_no_role" and not SsoIdentity.objects.exists()
+    agent, _ = make_agent()  # an identity row naming an agent: never signed in by single sign-on
+    SsoIdentity.objects.create(user=agent, issuer="https://idp.example", sub="agent-sub")
+    with pytest.raises(Refused) as refused:
+        sso_sign_in(issuer="https://idp.example", claims={"sub": "agent-sub", "groups": ["staff"]})
+    assert refused.value.code == "sso_not_a_person" and not agent.groups.filter(name="viewer").exists()
+    user, roles, groups, created = sso_sign_in(issuer="https://other.example", claims={"sub": "agent-sub",
+                                                                                     "groups": ["staff"]})
+    assert created and user.pk != agent.pk and roles == ["viewer"]  # (issuer, sub): another issuer's is another
