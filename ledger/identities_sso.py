@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ledger.models import ApproverGroup, SsoIdentity
@@ -54,11 +54,23 @@ def _unique_username(name: str) -> str:
     return candidate
 
 
-@transaction.atomic
 def sso_sign_in(*, issuer: str, claims) -> tuple:
     """The person these verified claims are, their roles and approver groups recomputed; returns
     (user, roles, groups, created). Refused (403 ``sso_no_role``) with nothing written when no group maps to a
-    role; ``sso_not_a_person`` for an agent or a deactivated person."""
+    role; ``sso_not_a_person`` for an agent or a deactivated person. The same person's first sign-in twice
+    at once: the one that loses the race to create them finds them and signs in as them."""
+    try:
+        return _sign_in(issuer, claims)
+    except IntegrityError:
+        return _sign_in(issuer, claims)
+
+
+def _identity(issuer: str, sub: str) -> SsoIdentity | None:
+    return SsoIdentity.objects.select_for_update().select_related("user").filter(issuer=issuer, sub=sub).first()
+
+
+@transaction.atomic
+def _sign_in(issuer: str, claims) -> tuple:
     sub = str(claims.get("sub") or "")
     if not sub:
         raise Refused("sso_no_subject", "The identity provider named no subject.")
@@ -67,8 +79,7 @@ def sso_sign_in(*, issuer: str, claims) -> tuple:
     if not roles:
         raise Refused("sso_no_role", "Your groups at the identity provider give you no role here; ask an "
                                      "administrator to map one of them (OIDC_ROLE_MAP).")
-    identity = (SsoIdentity.objects.select_for_update().select_related("user")
-                .filter(issuer=issuer, sub=sub).first())
+    identity = _identity(issuer, sub)
     created = identity is None
     if created:
         user = get_user_model().objects.create_user(username=_unique_username(sso_name(claims)))

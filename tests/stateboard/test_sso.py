@@ -277,3 +277,26 @@ def test_groups_roles_and_names_are_read_from_the_claims_as_the_contract_says(se
     user, roles, groups, created = sso_sign_in(issuer="https://other.example", claims={"sub": "agent-sub",
                                                                                      "groups": ["staff"]})
     assert created and user.pk != agent.pk and roles == ["viewer"]  # (issuer, sub): another issuer's is another
+
+
+@pytest.mark.django_db
+def test_the_same_persons_first_sign_in_twice_at_once_makes_one_person(settings, monkeypatch):
+    """The other sign-in created them between this one's look and its insert: the insert fails on (issuer,
+    sub), nothing of this attempt stays, and the second look signs in as the person the other one made."""
+    from ledger import identities_sso
+
+    settings.OIDC_ROLE_MAP = ROLE_MAP
+    claims = {"sub": "raced", "preferred_username": "raced", "groups": ["pager"]}
+    first, _, _, _ = identities_sso.sso_sign_in(issuer="https://idp.example", claims=claims)
+    looks = []
+    real = identities_sso._identity
+
+    def late(issuer, sub):  # the first look happens before the other sign-in's commit
+        looks.append(sub)
+        return None if len(looks) == 1 else real(issuer, sub)
+
+    monkeypatch.setattr(identities_sso, "_identity", late)
+    users = get_user_model().objects.count()
+    again, roles, _, created = identities_sso.sso_sign_in(issuer="https://idp.example", claims=claims)
+    assert (again.pk, roles, created, len(looks)) == (first.pk, ["oncall"], False, 2)
+    assert get_user_model().objects.count() == users and SsoIdentity.objects.filter(sub="raced").count() == 1
