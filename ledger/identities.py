@@ -1,6 +1,7 @@
 """Creating agents and operators (used by the commands, the demo seed and the tests); revoking an agent's
 token from the fleet (SPEC §15), through ``ledger.auth.token_revoke``."""
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
@@ -34,10 +35,12 @@ def agent_create(*, name: str, owner=None) -> tuple[Agent, str]:
 @transaction.atomic
 def operator_create(*, name: str, role: str, password: str | None = None, with_token: bool = False,
                     slack_id: str | None = None):
-    """A human user in one role; returns (user, token or None). An existing user gains the role, and
-    with ``slack_id`` (``TEAM:USER``) decides from Slack's buttons as that Slack user."""
+    """A human user in one role; returns (user, token or None); no password under ``OIDC_ONLY`` (SPEC §17).
+    An existing user gains the role, and with ``slack_id`` (``TEAM:USER``) decides from Slack's buttons as that Slack user."""
     if role not in HUMAN_ROLES:
         raise ValueError(f"Unknown role {role!r}; choose one of {', '.join(HUMAN_ROLES)}.")
+    if password and settings.OIDC_ONLY:
+        raise ValueError("OIDC_ONLY is set: people sign in with single sign-on only, so no password is set.")
     User = get_user_model()
     user, created = User.objects.get_or_create(username=name)
     if password:

@@ -4,10 +4,12 @@ With nothing set, an embedded default runs everywhere: a SQLite file and a file-
 Celery broker under ``var/``. PostgreSQL and Redis are the production and CI setup.
 """
 
+import json
 import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STATEBOARD_VAR_DIR", BASE_DIR / "var"))
@@ -153,6 +155,25 @@ WHITENOISE_USE_FINDERS = True
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
+# Password sign-in for people, unless OIDC_ONLY (SPEC §17): it refuses passwords, never a session it made.
+AUTHENTICATION_BACKENDS = ["stateboard.signin.PasswordBackend"]
+
+# Single sign-on with OpenID Connect (SPEC §17, docs/sso.md): environment variables only. With the issuer,
+# the client id and its secret set, the sign-in page offers it; OIDC_ROLE_MAP maps the IdP's groups (the
+# claim OIDC_GROUPS_CLAIM) to roles, as JSON {"<group>": "<role>"}; OIDC_ONLY=1 turns password sign-in off.
+OIDC_ISSUER = os.environ.get("OIDC_ISSUER", "").strip()
+OIDC_CLIENT_ID = os.environ.get("OIDC_CLIENT_ID", "").strip()
+OIDC_CLIENT_SECRET = os.environ.get("OIDC_CLIENT_SECRET", "")
+OIDC_GROUPS_CLAIM = os.environ.get("OIDC_GROUPS_CLAIM", "").strip() or "groups"
+OIDC_ROLE_MAP = json.loads(os.environ.get("OIDC_ROLE_MAP") or "{}")
+OIDC_ONLY = env_bool("OIDC_ONLY")
+if OIDC_ONLY and not (OIDC_ISSUER and OIDC_CLIENT_ID and OIDC_CLIENT_SECRET):
+    raise ImproperlyConfigured("OIDC_ONLY=1 needs OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET: "
+                               "nobody could sign in.")
+if not isinstance(OIDC_ROLE_MAP, dict) or not all(
+        isinstance(group, str) and role in ("editor", "owner", "oncall", "viewer") for group, role in OIDC_ROLE_MAP.items()):
+    raise ImproperlyConfigured('OIDC_ROLE_MAP is JSON {"<group>": "<role>"}, each role one of editor, owner, '
+                               'oncall, viewer.')
 
 # Security: secure cookies and headers whenever DEBUG is off.
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not DEBUG)

@@ -1,5 +1,4 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
@@ -22,7 +21,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("integrations/slack/", include("ledger.api.slack")),
     path("login/", signin.sign_in, name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", signin.sign_out, name="logout"),
     path("admin/", admin.site.urls),
     path("", include("ledger.web.urls")),
     path("", include("knowledge.web.urls")),

@@ -7,6 +7,7 @@
 - ``chat``: Slack identities of operators and the request signatures seen (SPEC §12.3).
 - ``rollups``: the reports' hourly rollups;
 - ``alerts``: alerts of workflows' rules, their append-only history and silences (SPEC §14);
+- ``identities``: single sign-on identities and the identity provider's approver groups (SPEC §17);
 - ``keys``: what spans intents (run ids and trigger keys, effect keys), apart from the partitioned tables.
 
 Submodules import each other directly (``ledger.models.runs``), never this package. The state groups
@@ -18,6 +19,7 @@ from ledger.domain.machine import HOLDING_STATES, LEASED_STATES, TERMINAL_STATES
 from ledger.models.alerts import Alert, AlertChange, AlertSilence
 from ledger.models.chat import SlackIdentity, SlackSignature
 from ledger.models.goals import Goal, StageGeneration
+from ledger.models.identities import ApproverGroup, SsoIdentity
 from ledger.models.keys import EffectKey, RunKey
 from ledger.models.ops import Notification, Outbox, ReplayEval, SavedView, TraceMark
 from ledger.models.rollups import ReportRollup
@@ -48,9 +50,10 @@ OPS_MODELS = (Notification, Outbox, ReplayEval, SavedView, ReportRollup, TraceMa
 __all__ = [
     "DEFAULT_APPROVAL_STAGES", "DEFAULT_EFFECT_STAGES", "DEFAULT_STAGES", "GOAL_MODELS", "HOLDING_STATES",
     "LEASED_STATES", "OPS_MODELS", "STAGE_OUTCOME_KINDS", "TERMINAL_STATES",
-    "Agent", "Alert", "AlertChange", "AlertSilence", "ApiToken", "Approval", "AuditEntry", "Checkpoint", "Effect",
+    "Agent", "Alert", "AlertChange", "AlertSilence", "ApiToken", "Approval", "ApproverGroup", "AuditEntry", "Checkpoint", "Effect",
     "EffectKey", "EffectStatus", "EventKind", "Goal",
     "LedgerEvent", "Notification", "Outbox", "ReplayEval", "ReportRollup", "Run", "RunKey", "RunState", "SavedView",
-    "SlackIdentity", "SlackSignature", "StageGeneration", "TraceMark", "Trigger", "Workflow", "append_only_triggers",
+    "SlackIdentity", "SlackSignature", "SsoIdentity", "StageGeneration", "TraceMark", "Trigger", "Workflow",
+    "append_only_triggers",
     "default_approval_stages", "default_effect_stages", "default_stages",
 ]

@@ -26,6 +26,7 @@ from ledger.models import (
     Run,
     SavedView,
     SlackIdentity,
+    SsoIdentity,
     StageGeneration,
     Workflow,
 )
@@ -33,7 +34,8 @@ from ledger.models import (
 User = get_user_model()
 
 # (line type, model) in the order an import inserts them (each row's references come before it).
-IDENTITY_TYPES = (("user", User), ("agent", Agent), ("token", ApiToken), ("slack_identity", SlackIdentity))
+IDENTITY_TYPES = (("user", User), ("agent", Agent), ("token", ApiToken), ("slack_identity", SlackIdentity),
+                  ("sso_identity", SsoIdentity))  # (approver groups are not kept: each sign-in sets them)
 SYSTEM_TYPES = (("workflow", Workflow), ("goal", Goal), ("stage_generation", StageGeneration), ("run", Run),
                 ("event", LedgerEvent), ("effect", Effect), ("checkpoint", Checkpoint), ("approval", Approval),
                 ("audit", AuditEntry), ("replay_eval", ReplayEval), ("store_counter", StoreCounter),

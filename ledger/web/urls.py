@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from ledger import web
-from ledger.web import agents, alerts, notifications, rollback
+from ledger.web import agents, alerts, notifications, rollback, sso
 
 app_name = "ledger"
 urlpatterns = [
@@ -33,4 +33,6 @@ urlpatterns = [
     path("reports/", web.reports, name="reports"),
     path("workflows/", web.workflow_list, name="workflow_list"),
     path("workflows/<slug:slug>/", web.workflow_detail, name="workflow_detail"),
+    path("login/sso/", sso.sso_start, name="sso_start"),
+    path("login/sso/callback/", sso.sso_callback, name="sso_callback"),
 ]

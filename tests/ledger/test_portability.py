@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import transaction
 
-from ledger.models import Effect, EffectKey, LedgerEvent, Run, Workflow
+from ledger.models import Effect, EffectKey, LedgerEvent, Run, SsoIdentity, Workflow
 from ledger.services import chain_verify
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver
@@ -40,7 +40,9 @@ def _history():
                                 format="json", headers={"traceparent": TRACEPARENT})  # SPEC §16: kept with the run
     assert Run.objects.get(id=traced.json()["id"]).traceparent == TRACEPARENT
     driver.trigger(intent="staged", staged=True)
-    editor = client_for(make_operator("editor")[1])
+    person, key = make_operator("editor")
+    SsoIdentity.objects.create(user=person, issuer="https://idp.example", sub="s-1")  # SPEC §17: kept as identities
+    editor = client_for(key)
     AgentDriver(editor, wf.slug).trigger(intent="queued")
     assert editor.post(f"/api/v1/workflows/{wf.slug}/goals/", {"intent": "c", "objective": "o"},
                        format="json").status_code == 201
@@ -96,7 +98,7 @@ def test_export_then_import_is_the_same_system_and_decides_the_same(tmp_path):
     exported = _export()
     types = {line["type"] for line in _lines(exported)}
     assert types >= {"export", "user", "agent", "token", "workflow", "goal", "run", "event", "effect", "checkpoint",
-                     "signature"}
+                     "sso_identity", "signature"}
     counts = (Run.objects.count(), LedgerEvent.objects.count(), Effect.objects.count(),
               get_user_model().objects.count())
     intents = sorted(set(Run.objects.filter(staged=False).values_list("intent", flat=True)) | {"c"})

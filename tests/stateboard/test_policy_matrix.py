@@ -32,7 +32,8 @@ from tests.stateboard.test_roles_matrix import _walk
 
 pytestmark = pytest.mark.django_db
 
-# Outside the pipeline on purpose (SPEC §11.1: health, metrics and the schema are exempt; Django's own logout).
+# Outside the pipeline on purpose (SPEC §11.1: health, metrics and the schema are exempt; sign-out, Django's own
+# logout, which after a single sign-on goes on to the issuer's end-session endpoint).
 # Sign-in (ours and the admin's) and the admin's pages pass it.
 EXEMPT_PREFIXES = ("healthz", "metrics", "api/v1/schema/", "api/v1/docs/", "logout/", "static/")
 SKIPPED_METHODS = {"options", "head", "trace"}
@@ -225,6 +226,10 @@ def test_sign_in_and_the_admin_are_in_the_matrix():
     routes = {route: declared(view, "POST") for route, _, view in endpoints()}
     assert routes["login/"] is SIGN_IN and routes["admin/login/"] is SIGN_IN
     assert SIGN_IN.rate == "login" and SIGN_IN.rate_keys is not None and SIGN_IN.audit == "sign_in"
+    for route in ("login/sso/", "login/sso/callback/"):  # single sign-on (SPEC §17): public, counted per address
+        sso = routes[route]
+        assert (sso.roles, sso.rate, sso.audit) == (PUBLIC, "login", "sign_in") and sso.rate_keys is not None
+        assert methods_of(next(view for r, _, view in endpoints() if r == route)) == ["GET"]
     admin_pages = [route for route in routes if route.startswith("admin/") and route != "admin/login/"]
     assert len(admin_pages) > 20 and all(routes[route] is not None for route in admin_pages)
 
