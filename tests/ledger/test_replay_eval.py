@@ -3,6 +3,7 @@
 import io
 import re
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,22 @@ def test_reference_retry_budget_expiry_policy_and_inputs():
     assert model.retried(escalated, now=T0 + timedelta(seconds=24)).reason_code == "resume_incomplete_stage"
     model.lease_ran_out(escalated)
     assert _decide(model, 200).reason_code == "checkpoint_expired"
+
+
+def test_reference_a_spent_day_escalates_one_trigger_then_noops_and_a_retry_goes_ahead():
+    model = _model(cost_usd_per_day=Decimal("0.05"))
+    run, expected = _run(model, 0)
+    assert expected.outcome == "fresh"
+    model.event(run, "draft", "started", at=T0 + timedelta(seconds=1))
+    model.event(run, "draft", "succeeded", at=T0 + timedelta(seconds=2), cost=Decimal("0.04"))
+    model.lease_ran_out(run)
+    assert _decide(model, 10).outcome == "resume"  # under the budget
+    model.day_cost += Decimal("0.01")  # (another run of the workflow's)
+    escalated, expected = _run(model, 11)
+    assert (expected.outcome, expected.reason_code) == ("escalated", "budget_exhausted")
+    assert (_decide(model, 12, fp="b").outcome, _decide(model, 12, fp="b").reason_code) == ("noop", "budget_exhausted")
+    assert _decide(model, 12).reason_code == "escalation_pending"  # §3's rule 1 comes first
+    assert model.retried(escalated, now=T0 + timedelta(seconds=13)).reason_code == "resume_incomplete_stage"
 
 
 @pytest.mark.slow  # its short-TTL episodes sleep past a real 1 s checkpoint TTL
