@@ -129,6 +129,7 @@ def test_replay_eval_passes_records_accuracy_and_metrics_show_it(client):
     text = out.getvalue()
     assert "recovery accuracy" in text and "100.00%" in text and "replay_eval passed" in text
     assert "never_leased" in text  # a retried run nobody leased in time, decided right afterwards
+    assert "escalated / budget_exhausted" in text and "noop / budget_exhausted" in text  # SPEC §16's day budget
     record = ReplayEval.objects.get()
     assert (record.episodes, record.seed, record.duplicates, record.unverified) == (30, 20261130, 0, 0)
     assert record.decisions > 100 and record.correct == record.decisions and record.accuracy == 1.0
