@@ -59,6 +59,8 @@ def budget_escalate(writer) -> None:
     the run moves to ``escalated`` / ``budget_exceeded`` (the lease ends; the flush opens on-call's request).
     A run no agent holds in a state of its own (compensating, terminal, escalated) is left where it is."""
     run = writer.run
+    if not run.workflow.budget or run.usage == writer.before["usage"]:  # (the common append: nothing to check)
+        return
     if run.state in BUDGET_STATES and budget_crossed(run.workflow.budget, writer.before["usage"], run.usage):
         writer.transition("escalated", BUDGET_EXCEEDED, cause=BUDGET_EXCEEDED, usage=dict(run.usage),
                           budget=dict(run.workflow.budget))

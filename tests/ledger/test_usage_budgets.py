@@ -3,6 +3,8 @@ strings, the workflow's day kept by the append's own statement, per-run budgets 
 after the event (or the whole batch), and the day budget's one ``budget_exhausted`` escalation (on both stores;
 the concurrent triggers and the statement counts on PostgreSQL)."""
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -208,6 +210,39 @@ def test_two_concurrent_triggers_over_a_spent_day_open_exactly_one_escalation():
         assert BudgetEscalation.objects.filter(workflow=workflow).count() == 1
     escalated = Run.objects.filter(workflow=workflow, state="escalated")
     assert Approval.objects.filter(run__in=escalated, kind=Approval.Kind.ESCALATION).count() == escalated.count() == 3
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_trigger_that_read_no_escalation_loses_its_claim_to_one_not_yet_committed(monkeypatch):
+    """Held by the unique key, not by Python: the second trigger reads the day before the first commits (so it
+    sees no escalation and tries to claim the day), waits on the first's uncommitted claim, and finds it taken."""
+    from ledger.services import spend
+
+    driver, workflow = _spent_day()
+    claimed, claims = threading.Event(), []
+    original = spend.day_escalation_claim
+
+    def claim(**kwargs):
+        won = original(**kwargs)
+        claims.append(won)
+        if won:
+            claimed.set()
+            time.sleep(0.5)  # the first holds its claim uncommitted while the second reads and claims
+        return won
+
+    monkeypatch.setattr(spend, "day_escalation_claim", claim)
+
+    def trigger(i):
+        if i:
+            assert claimed.wait(10)
+        return services.run_trigger(workflow_slug=workflow.slug, inputs={"i": i}, intent=f"claim-{i}",
+                                    actor="agent:x")[0]
+
+    first, second = race(2, trigger)
+    assert (first.state, second.state) == ("escalated", "noop"), (first, second)
+    assert claims == [True, False]  # the second read no escalation, claimed, and lost to the key
+    assert BudgetEscalation.objects.get(workflow=workflow).run_id == first.id
 
 
 def _statements(call) -> list[str]:
