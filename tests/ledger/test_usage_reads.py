@@ -125,3 +125,20 @@ def test_export_and_import_keep_usage_budgets_and_the_days_escalation(tmp_path, 
         call_command("import_ledger", str(path), stdout=io.StringIO())
     assert not LedgerEvent.objects.exists() and spend_day(timezone.now())
     assert make_operator("viewer")  # (the database is usable after the refusal)
+
+
+def test_export_workflows_and_apply_keep_a_budget_and_change_it_without_a_policy_bump(tmp_path):
+    from tests.ledger.test_apply import apply, exported
+
+    owner, _ = make_operator("owner")
+    make_workflow(slug="spendy", policy_version="1", owner=owner,
+                  budget={"tokens_per_run": 5000, "cost_usd_per_run": "0.50", "cost_usd_per_day": 20})
+    text = exported()
+    assert '  budget:\n    tokens_per_run: 5000\n    cost_usd_per_day: 20\n    cost_usd_per_run: "0.50"\n' in text, text
+    status, out, _ = apply(tmp_path, text)
+    assert (status, out.split()) == (0, ["unchanged", "spendy"])
+    status, out, _ = apply(tmp_path, text.replace('"0.50"', '"0.75"'))
+    assert (status, out.split()[:2]) == (0, ["changed", "spendy"]), out  # the same policy_version
+    assert Workflow.objects.get(slug="spendy").budget["cost_usd_per_run"] == "0.75"
+    status, _, err = apply(tmp_path, text.replace('"0.50"', '"0.1234567"'))
+    assert status != 0 and "invalid_budget" in err
