@@ -3,6 +3,7 @@ packet's earlier attempts, and export / import keeping usage, budgets and the da
 
 import io
 import json
+import re
 
 import pytest
 from django.core.management import call_command
@@ -144,3 +145,44 @@ def test_export_workflows_and_apply_keep_a_budget_and_change_it_without_a_policy
     assert Workflow.objects.get(slug="spendy").budget["cost_usd_per_run"] == "0.75"
     status, _, err = apply(tmp_path, text.replace('"0.50"', '"0.1234567"'))
     assert status != 0 and "invalid_budget" in err
+
+
+@pytest.mark.postgres  # (the wipe goes around PostgreSQL's triggers with pgtrigger.ignore)
+@pytest.mark.parametrize("usage, budget, refusal", [
+    ({"input_tokens": "12"}, None, "usage is {'input_tokens': '12'} in the file, the ledger says 'a usage object"),
+    ({"cost_usd": 0.5}, None, "usage is {'cost_usd': 0.5} in the file, the ledger says {'cost_usd': '0.5'}"),
+    (None, {"tokens_per_run": "10"}, "budget is {'tokens_per_run': '10'} in the file, the ledger says 'a budget"),
+])
+def test_an_import_refuses_usage_or_a_budget_the_server_would_not_have_recorded(tmp_path, export_key, usage, budget,
+                                                                                refusal):
+    """Even with every hash recomputed and the file signed again (someone holding the key), a usage or a
+    budget the API would refuse (or record otherwise) is refused by the import, naming its line."""
+    from django.core.management.base import CommandError
+
+    from ledger.portability import signing
+    from ledger.portability.rows import row_from_line
+    from ledger.services import GENESIS_HASH, event_compute_hash
+
+    _spent()
+    lines = [json.loads(line) for line in _export().decode().splitlines()[:-1]]
+    target = next(line for line in lines if line["type"] == "event" and line.get("usage"))
+    if usage is not None:
+        target["usage"] = usage
+        chain = sorted((line for line in lines if line["type"] == "event" and line["run_id"] == target["run_id"]),
+                       key=lambda line: line["seq"])
+        prev = GENESIS_HASH
+        for line in chain:  # the run's chain recomputed from the edited event on
+            line["prev_hash"] = prev
+            line["hash"] = prev = event_compute_hash(row_from_line("event", {k: v for k, v in line.items()
+                                                                             if k != "type"}))
+        next(line for line in lines if line["type"] == "run" and line["id"] == target["run_id"])["last_hash"] = prev
+    if budget is not None:
+        next(line for line in lines if line["type"] == "workflow")["budget"] = budget
+    body = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    mac = signing.signature(b"test-usage-export-key", body)
+    _wipe()
+    path = tmp_path / "ledger.jsonl"
+    path.write_bytes(body + json.dumps({"type": "signature", "alg": "HMAC-SHA256", "hmac": mac}).encode() + b"\n")
+    with pytest.raises(CommandError, match=re.escape(refusal)):
+        call_command("import_ledger", str(path), stdout=io.StringIO())
+    assert not Workflow.objects.exists()
