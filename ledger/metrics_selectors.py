@@ -1,6 +1,8 @@
 """SPEC §7's figures read from the ledger: the metrics as JSON, the samples of ``/metrics`` (Prometheus
 text) and the latest replay_eval's accuracy."""
 
+from decimal import Decimal
+
 from django.db.models import Count
 from django.utils import timezone
 
@@ -8,7 +10,8 @@ from knowledge.selectors import knowledge_metrics
 from ledger.domain.alerts import OPEN_STATES
 from ledger.domain.effects import EXECUTION_KINDS, UNVERIFIED, first_repeat
 from ledger.domain.machine import ONCALL_STATES
-from ledger.models import Alert, Approval, Effect, LedgerEvent, ReplayEval, Run
+from ledger.models import Alert, Approval, Effect, LedgerEvent, ReplayEval, Run, Workflow
+from ledger.usage_selectors import spend_by_workflow
 from stateboard.limits import rate_limits, throttled_total
 from stateboard.stats import percentile
 
@@ -126,16 +129,28 @@ def prometheus_samples():
          [({}, m.get("write_gate_rejection_rate"))]),
         ("stateboard_alerts_open", "Open alerts (firing or acknowledged) by rule (SPEC §14).", "gauge",
          alerts_open_counts()),
+        *_spend_families(),
         ("stateboard_stale_claim_as_fact_rate", "Share of claim citations that used a stale claim as a fact.",
          "gauge", [({}, m.get("stale_claim_as_fact_rate"))]),
     ]
     # Left out, never written as a non-number: figures without data, and families with no sample left.
     kept = []
     for name, help_text, kind, samples in families:
-        samples = [(labels, value) for labels, value in samples if isinstance(value, (int, float))]
+        samples = [(labels, value) for labels, value in samples if isinstance(value, (int, float, Decimal))]
         if samples:
             kept.append((name, help_text, kind, samples))
     return kept
+
+
+def _spend_families() -> list:
+    """SPEC §16: tokens and cost per workflow (all days the appends kept), counters."""
+    slugs = dict(Workflow.objects.values_list("id", "slug"))
+    spent = sorted((slugs[workflow_id], figures) for workflow_id, figures in spend_by_workflow().items())
+    return [("stateboard_tokens_total", "Tokens agents reported (SPEC §16) by workflow and direction.", "counter",
+             [({"workflow": slug, "direction": direction}, figures[f"{direction}_tokens"])
+              for slug, figures in spent for direction in ("input", "output")]),
+            ("stateboard_cost_usd_total", "Cost in USD agents reported (SPEC §16) by workflow.", "counter",
+             [({"workflow": slug}, figures["cost_usd"]) for slug, figures in spent])]
 
 
 def alerts_open_counts() -> list:

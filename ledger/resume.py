@@ -22,6 +22,7 @@ from ledger import selectors
 from ledger.domain import effects, recovery
 from ledger.models import Effect, Goal, Run
 from ledger.selectors import checkpoint_latest
+from ledger.usage_selectors import earlier_attempts_spent
 from stateboard.errors import Invalid
 from stateboard.roles import actor_for
 
@@ -159,6 +160,7 @@ def resume_packet(*, run: Run, user, budget_tokens: int = BUDGET_DEFAULT, now: d
         "verified_effects": [_effect_item(e) for e in effect_rows if e.status == "verified"],
         "effects_to_verify": [_effect_item(e) for e in effect_rows if e.status in effects.UNVERIFIED],
         "pending_intents": pending,
+        "earlier_attempts_spent": earlier_attempts_spent(run),  # SPEC §16
         "facts": [],
         "leads": [],
         "rules": RULES,

@@ -53,6 +53,15 @@ class ActionSerializer(serializers.Serializer):
     params = serializers.DictField(required=False, help_text="executor stages only (`proposed`)")
 
 
+class UsageSerializer(serializers.Serializer):
+    """What the event spent (SPEC §16); anything else is 422 `invalid_usage`."""
+
+    input_tokens = serializers.IntegerField(min_value=0, required=False, help_text="a JSON integer")
+    output_tokens = serializers.IntegerField(min_value=0, required=False, help_text="a JSON integer")
+    cost_usd = serializers.CharField(required=False, help_text="a decimal string (or number), at most 6 places")
+    model = serializers.CharField(max_length=100, required=False)
+
+
 class EventInputSerializer(serializers.Serializer):
     """One event an agent posts (API.md, Event semantics)."""
 
@@ -73,6 +82,7 @@ class EventInputSerializer(serializers.Serializer):
                               help_text="the approved action (`started` on an approval stage, `compensated`, "
                                         "`proposed` on an executor stage)")
     lease_id = serializers.UUIDField(required=False, help_text="fences two processes of one agent")
+    usage = UsageSerializer(required=False, help_text="tokens and cost this event spent (SPEC §16)")
 
 
 EVENT_INPUT_OR_BATCH = PolymorphicProxySerializer(

@@ -21,7 +21,7 @@ OPS = named({
         "Create a workflow",
         "A new workflow definition (stages, effect and approval stages, durations, schedule, executors, "
         "knowledge scope). Owners only. Every duration is an integer from 1 to 31,536,000 seconds.",
-        {409: ["workflow_exists"], 422: ["validation_error", "invalid_schedule"]}),
+        {409: ["workflow_exists"], 422: ["validation_error", "invalid_schedule", "invalid_budget"]}),
     "workflows_retrieve": Op(
         "Read a workflow",
         "One workflow definition. Any signed-in identity; `executors` is shown to owners only.",
@@ -33,7 +33,7 @@ OPS = named({
         "needs a different `policy_version` (an executor's `config` does not). Owners only.",
         {404: ["workflow_not_found"], 409: ["policy_version_required"],
          422: ["validation_error", "invalid_schedule", "invalid_executors", "secret_env_not_allowed",
-               "invalid_knowledge_scope", "invalid_alert"]}),
+               "invalid_knowledge_scope", "invalid_alert", "invalid_budget"]}),
     "workflows_apply_create": Op(
         "Apply workflow definitions",
         "Workflows as code (SPEC §12.2), the same apply as `manage.py apply`: makes the workflows match the whole "
@@ -46,7 +46,7 @@ OPS = named({
         "audited with its changes, refusals too. Owners only.",
         {409: ["policy_version_required", "workflow_exists"],
          422: ["validation_error", "invalid_schedule", "invalid_executors", "secret_env_not_allowed",
-               "invalid_knowledge_scope", "unknown_owner", "invalid_alert"]}),
+               "invalid_knowledge_scope", "unknown_owner", "invalid_alert", "invalid_budget"]}),
     "runs_list": Op(
         "List runs",
         "Runs newest first, cursor paginated, filtered by `workflow`, `state`, `intent`, `created_after`, "
@@ -100,7 +100,7 @@ OPS = named({
          422: ["validation_error", "unknown_kind", "kind_reserved", "unknown_stage", "data_too_large",
                "invalid_effect", "invalid_evidence", "effect_required", "evidence_required",
                "unknown_needs_effect_stage", "invalid_correction", "action_required", "batch_too_large",
-               "claim_not_last", "effect_not_expected", "invalid_attributes"]}),
+               "claim_not_last", "effect_not_expected", "invalid_attributes", "invalid_usage"]}),
     "runs_verify_chain_retrieve": Op(
         "Verify a run's hash chain",
         "Recomputes the SHA-256 chain over the run's events: `ok`, the number of events and the first bad "

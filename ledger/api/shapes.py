@@ -8,6 +8,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from ledger.authorizers import sees_executors
+from ledger.domain.usage import totals as usage_totals
 from ledger.models import Approval, Effect, LedgerEvent, Run, Workflow
 
 
@@ -22,7 +23,7 @@ class WorkflowOutputSerializer(serializers.ModelSerializer):
         fields = ["slug", "title", "stages", "effect_stages", "approval_stages", "policy_version",
                   "max_retries", "lease_seconds", "checkpoint_ttl_seconds", "approval_ttl_seconds",
                   "schedule", "schedule_intent", "schedule_inputs", "executors", "knowledge_scope",
-                  "agents", "alerts", "owner", "created_at", "updated_at"]
+                  "agents", "alerts", "budget", "owner", "created_at", "updated_at"]
 
     def get_schedule_intent(self, workflow) -> str:
         return workflow.schedule_intent or workflow.slug
@@ -58,16 +59,21 @@ class ApprovalOutputSerializer(serializers.ModelSerializer):
 class RunOutputSerializer(serializers.ModelSerializer):
     workflow = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     lease = serializers.SerializerMethodField()
+    usage = serializers.SerializerMethodField(help_text="SPEC §16: {input_tokens, output_tokens, cost_usd} totals "
+                                                        "(cost_usd a decimal string)")
 
     class Meta:
         model = Run
         fields = ["id", "workflow", "intent", "trigger", "trigger_key", "inputs", "input_fingerprint",
                   "policy_version", "env_fingerprint", "state", "decision", "current_stage", "stage_states",
                   "triggered_by", "created_at", "updated_at", "decided_at", "ended_at", "lease", "event_count",
-                  "staged", "goal_version", "attributes"]
+                  "staged", "goal_version", "attributes", "usage"]
 
     def get_lease(self, run) -> dict | None:
         return _lease_body(run)
+
+    def get_usage(self, run) -> dict:
+        return usage_totals(run.usage)
 
     def to_representation(self, run):
         return run_body(run)
@@ -93,7 +99,7 @@ class EventOutputSerializer(serializers.ModelSerializer):
         model = LedgerEvent
         fields = ["id", "run", "seq", "at", "stage", "kind", "actor", "input_fingerprint", "policy_version",
                   "env_fingerprint", "idempotency_key", "effect", "evidence", "reason_code", "data",
-                  "client_event_id", "prev_hash", "hash"]
+                  "client_event_id", "usage", "prev_hash", "hash"]
 
     def to_representation(self, event):
         return event_body(event)
@@ -132,7 +138,8 @@ def run_body(run: Run, **extra) -> dict:
         "triggered_by": run.triggered_by, "created_at": _drf_datetime(run.created_at),
         "updated_at": _drf_datetime(run.updated_at), "decided_at": _drf_datetime(run.decided_at),
         "ended_at": _drf_datetime(run.ended_at), "lease": _lease_body(run), "event_count": run.event_count,
-        "staged": run.staged, "goal_version": run.goal_version, "attributes": run.attributes, "queued": queued,
+        "staged": run.staged, "goal_version": run.goal_version, "attributes": run.attributes,
+        "usage": usage_totals(run.usage), "queued": queued,
     }
     if queued:
         body["queued_until"] = _drf_datetime(run.queued_until)

@@ -39,6 +39,8 @@ class WorkflowInputSerializer(serializers.Serializer):
                                    help_text="agent names allowed to serve it; empty: every agent")
     alerts = serializers.JSONField(required=False, help_text="alert rules (SPEC §14): [{name, kind, severity, "
                                                              "notify, attributes?, ...}]")
+    budget = serializers.JSONField(required=False, help_text="SPEC §16: {tokens_per_run?, cost_usd_per_run?, "
+                                                             "cost_usd_per_day?} (costs: numbers or decimal strings)")
 
 
 class WorkflowPatchInputSerializer(WorkflowInputSerializer):

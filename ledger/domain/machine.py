@@ -40,6 +40,8 @@ HOLDING_STATES = (
     "captured", "restore", "compare", "fresh", "resume", "verify_only", "execute",
     "checkpointed", "verify", "awaiting_approval", "compensate",
 )
+# States an event's usage can move to `escalated` over a per-run budget (SPEC §16): those an agent holds.
+BUDGET_STATES = ("fresh", "resume", "verify_only", "execute", "checkpointed", "verify", "awaiting_approval")
 # States whose lease can expire (a run in `compensate` waits for on-call; while a high-impact
 # request is pending its lease is cleared, so it cannot expire while a human decides).
 LEASED_STATES = tuple(s for s in HOLDING_STATES if s != "compensate")
@@ -131,6 +133,8 @@ TRANSITIONS: frozenset[tuple[str, str, str]] = frozenset({
     (S.COMPENSATE, "compensated", S.RESTORE),
     # the lease ran out: the agent died (or no agent leased a queued run)
     *((state, "lease_expired", S.FAILED) for state in LEASED_STATES),
+    # an event's usage took the run over a per-run budget (SPEC §16): on-call decides
+    *((state, "budget_exceeded", S.ESCALATED) for state in BUDGET_STATES),
 })
 
 EDGES: frozenset[tuple[str, str]] = frozenset((a, b) for a, _, b in TRANSITIONS)

@@ -8,6 +8,7 @@ from typing import Iterable
 from ledger.domain.attributes import AttributesInvalid, attributes_replay
 from ledger.domain.effects import effect_next
 from ledger.domain.machine import LEASE_ENDING_STATES, TERMINAL_STATES
+from ledger.domain.usage import usage_replay
 
 COMPARED_FIELDS = ("stage", "run", "status", "system", "operation", "reference", "attempts")
 
@@ -80,7 +81,7 @@ def run_replay(events: Iterable) -> dict:
     """What a run's events (in seq order) determine of its row: state, ended_reason, event_count,
     last_hash, the lease (lease_owner, lease_holder_id, lease_id), whether it is staged (its first
     decision says so: a dry run is always decided fresh / ``staged``) and the goal version it moved to
-    (``goal_moved_to``: the last ``goal_changed``'s ``to``; absent when it never moved)."""
+    (``goal_moved_to``: the last ``goal_changed``'s ``to``; absent when it never moved), and its usage totals."""
     state, ended, count, last_hash, lease, staged = "captured", "", 0, None, NO_LEASE, None
     found: dict = {}
     events = list(events)
@@ -97,6 +98,7 @@ def run_replay(events: Iterable) -> dict:
             staged = event.reason_code == "staged"
         lease = lease_next(lease, event.kind, data)
     owner, holder, lease_id = lease
+    found["usage"] = usage_replay(events)  # (SPEC §16: its events' usage added up)
     try:
         found["attributes"] = attributes_replay(events)
     except AttributesInvalid as invalid:  # (a ledger that holds such an event was not written by Stateboard)

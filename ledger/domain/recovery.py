@@ -68,6 +68,10 @@ class RecoveryInput:
     # Why the run is decided again, when not a plain trigger (SPEC §10): "staged" (a dry run, always
     # fresh), "goal_changed" (a new goal version: fresh), "rolled_back" (a rollback: resume).
     reopened: str = ""
+    # SPEC §16: the workflow's cost since 00:00 UTC is at or over its cost_usd_per_day (a trigger only: a
+    # person's retry goes ahead), and whether the day's one escalation stands already.
+    day_budget_spent: bool = False
+    day_escalation_stands: bool = False
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,10 @@ def _decide(inp: RecoveryInput) -> Decision:
     for other in inp.other_runs:
         if other.state == "escalated" and other.input_fingerprint == fp:
             return Decision("noop", "escalation_pending", prior_run=other.id)
+
+    # 1b. The workflow's day budget is spent (SPEC §16): one escalation stands for the day, later triggers noop.
+    if inp.day_budget_spent:
+        return Decision("noop" if inp.day_escalation_stands else "escalated", "budget_exhausted")
 
     same_fp_cp = inp.latest_checkpoint_same_fingerprint
     effects = [e for e in inp.effects if e.stage in spec.stages]

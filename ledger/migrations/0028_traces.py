@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0026_run_attributes'),
+        ('ledger', '0027_usage_budgets'),
     ]
 
     operations = [

@@ -8,6 +8,7 @@
 - ``rollups``: the reports' hourly rollups;
 - ``alerts``: alerts of workflows' rules, their append-only history and silences (SPEC §14);
 - ``identities``: single sign-on identities and the identity provider's approver groups (SPEC §17);
+- ``usage``: what a workflow spent each UTC day, and a spent day budget's one escalation (SPEC §16);
 - ``keys``: what spans intents (run ids and trigger keys, effect keys), apart from the partitioned tables.
 
 Submodules import each other directly (``ledger.models.runs``), never this package. The state groups
@@ -43,6 +44,7 @@ from ledger.models.runs import (
     default_effect_stages,
     default_stages,
 )
+from ledger.models.usage import BudgetEscalation, WorkflowDaySpend
 
 GOAL_MODELS = (Goal, StageGeneration)
 OPS_MODELS = (Notification, Outbox, ReplayEval, SavedView, ReportRollup, TraceMark)
@@ -50,10 +52,10 @@ OPS_MODELS = (Notification, Outbox, ReplayEval, SavedView, ReportRollup, TraceMa
 __all__ = [
     "DEFAULT_APPROVAL_STAGES", "DEFAULT_EFFECT_STAGES", "DEFAULT_STAGES", "GOAL_MODELS", "HOLDING_STATES",
     "LEASED_STATES", "OPS_MODELS", "STAGE_OUTCOME_KINDS", "TERMINAL_STATES",
-    "Agent", "Alert", "AlertChange", "AlertSilence", "ApiToken", "Approval", "ApproverGroup", "AuditEntry", "Checkpoint", "Effect",
-    "EffectKey", "EffectStatus", "EventKind", "Goal",
+    "Agent", "Alert", "AlertChange", "AlertSilence", "ApiToken", "Approval", "ApproverGroup", "AuditEntry",
+    "BudgetEscalation", "Checkpoint", "Effect", "EffectKey", "EffectStatus", "EventKind", "Goal",
     "LedgerEvent", "Notification", "Outbox", "ReplayEval", "ReportRollup", "Run", "RunKey", "RunState", "SavedView",
     "SlackIdentity", "SlackSignature", "SsoIdentity", "StageGeneration", "TraceMark", "Trigger", "Workflow",
-    "append_only_triggers",
+    "WorkflowDaySpend", "append_only_triggers",
     "default_approval_stages", "default_effect_stages", "default_stages",
 ]

@@ -99,6 +99,8 @@ class Workflow(models.Model):
     agents = models.JSONField(default=list, blank=True, db_default=Value([], JSONField()))
     # Alert rules (SPEC §14): [{name, kind, severity, notify, attributes?, ...}]; no policy bump needed.
     alerts = models.JSONField(default=list, blank=True, db_default=Value([], JSONField()))
+    # SPEC §16: {tokens_per_run?, cost_usd_per_run?, cost_usd_per_day?} (``domain.usage.budget_checked``); no bump.
+    budget = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="workflows"
     )
@@ -178,6 +180,8 @@ class Run(models.Model):
     # SPEC §16: the W3C ``traceparent`` of the trigger request, when it sent a valid one (the run's trace
     # continues the caller's); written by the run's INSERT, read only by the trace export (ledger/traces/).
     traceparent = models.CharField(max_length=55, blank=True, default="", db_default="")
+    # SPEC §16: the totals of its events' usage, {input_tokens, output_tokens, cost_usd (a decimal string)}.
+    usage = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
 
     class Meta:
         ordering = ["-created_at"]
@@ -242,6 +246,7 @@ class LedgerEvent(models.Model):
     reason_code = models.CharField(max_length=100, blank=True)
     data = models.JSONField(default=dict, blank=True)
     client_event_id = models.CharField(max_length=200, null=True, blank=True)
+    usage = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))  # SPEC §16, hashed when set
     body_digest = models.CharField(max_length=64, blank=True)
     prev_hash = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64)

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from ledger.domain.kinds import APPROVAL_STATUS_KINDS
 from ledger.domain.projection import effects_replay, run_replay
+from ledger.domain.usage import UsageInvalid, budget_checked, usage_checked
 from ledger.portability.rows import TYPES, ImportRefused, User
 from ledger.services import GENESIS_HASH, event_compute_hash, input_fingerprint
 
@@ -31,6 +32,8 @@ def verify(rows: dict, *, identities: bool) -> None:
         events[event.run_id].append((number, event))
     for run_id, found in events.items():
         _chain(found)
+    for number, workflow, _ in rows.get("workflow", []):
+        _budget(number, workflow)
     goal_versions = defaultdict(list)
     for _, goal, _ in rows.get("goal", []):
         goal_versions[(goal.workflow_id, goal.intent)].append(goal.version)
@@ -51,10 +54,26 @@ def _chain(found: list) -> None:
             _refuse(number, "event", "seq", event.seq, expected)
         if event.prev_hash != prev:
             _refuse(number, "event", "prev_hash", event.prev_hash, prev)
+        if event.usage:  # SPEC §16: as the append records it (its hash may have been computed over anything)
+            try:
+                recorded = usage_checked(event.usage)
+            except UsageInvalid as exc:
+                _refuse(number, "event", "usage", event.usage, f"a usage object ({exc})")
+            if recorded != event.usage:
+                _refuse(number, "event", "usage", event.usage, recorded)
         computed = event_compute_hash(event)
         if event.hash != computed:
             _refuse(number, "event", "hash", event.hash, computed)
         prev = event.hash
+
+
+def _budget(number: int, workflow) -> None:
+    try:
+        if not isinstance(workflow.budget, dict):
+            raise UsageInvalid("budget must be an object")
+        budget_checked(workflow.budget)
+    except UsageInvalid as exc:
+        _refuse(number, "workflow", "budget", workflow.budget, f"a budget ({exc})")
 
 
 def _run_fields(number: int, run, events: list, workflow, goal_versions: list) -> None:

@@ -18,7 +18,8 @@ from django.db import DataError, IntegrityError, connection, transaction
 import ledger.portability.checks as checks
 import ledger.portability.signing as signing
 from knowledge.models import Claim
-from ledger.models import AuditEntry, EffectKey, Goal, Run, SavedView, Workflow
+from ledger.domain.usage import micro_usd, spend_day
+from ledger.models import AuditEntry, BudgetEscalation, EffectKey, Goal, Run, SavedView, Workflow, WorkflowDaySpend
 from ledger.portability.export import FORMAT
 from ledger.portability.rows import (
     IDENTITY_TYPES,
@@ -112,6 +113,7 @@ def import_file(data: bytes, *, trust_unsigned: bool = False) -> dict:
         if not signed:
             checks.forget_identities(rows)
         counts = _insert(rows)
+        _spend_rebuild(rows)
         if not signed:
             audit_record(user=None, action="import_unsigned", outcome="done",
                          reason="imported with --trust-unsigned: no identities", data=counts)
@@ -158,3 +160,25 @@ def _insert_rows(rows: dict) -> dict:
         for statement in statements:
             cursor.execute(statement)
     return {k: v for k, v in counts.items() if v}
+
+
+def _spend_rebuild(rows: dict) -> None:
+    """SPEC §16: what the appends keep beside the ledger, rebuilt from it: each workflow's spend per UTC day (its
+    events' usage) and the day budget's one escalation (the run decided ``escalated`` / ``budget_exhausted``)."""
+    workflow_of = {run.id: run.workflow_id for _, run, _ in rows.get("run", [])}
+    days, escalations = defaultdict(lambda: [0, 0, 0]), {}
+    for _, event, _ in rows.get("event", []):
+        key = (workflow_of[event.run_id], spend_day(event.at))
+        if event.usage:
+            spent = days[key]
+            spent[0] += event.usage.get("input_tokens", 0)
+            spent[1] += event.usage.get("output_tokens", 0)
+            spent[2] += micro_usd(event.usage.get("cost_usd", "0"))
+        data = event.data if isinstance(event.data, dict) else {}
+        if event.kind == "decided" and event.reason_code == "budget_exhausted" and data.get("outcome") == "escalated":
+            escalations.setdefault(key, BudgetEscalation(workflow_id=key[0], day=key[1], run_id=event.run_id,
+                                                         intent=event.intent, created_at=event.at))
+    WorkflowDaySpend.objects.bulk_create([
+        WorkflowDaySpend(workflow_id=workflow_id, day=day, input_tokens=spent[0], output_tokens=spent[1],
+                         cost_micro_usd=spent[2]) for (workflow_id, day), spent in days.items()], batch_size=2000)
+    BudgetEscalation.objects.bulk_create(list(escalations.values()), batch_size=2000)

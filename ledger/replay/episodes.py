@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
+from decimal import Decimal
 
 from django.utils import timezone
 
@@ -67,12 +68,15 @@ class Episode:
         self.short_ttl = rng.random() < 0.08
         self.max_retries = rng.choice([1, 2, 3, 3])
         ttl = 1 if self.short_ttl else 86400
+        # SPEC §16: some workflows set a day budget their agent's usage (on each success) spends
+        self.day_budget = rng.choice([None, None, None, Decimal("0.05"), Decimal("0.12")])
         # Set up like an owner would; the API refuses TTLs under 60 s (the SPEC allows 1 s), hence the ORM.
         self.workflow = Workflow.objects.create(
             slug=f"{prefix}-{index}", title=f"replay episode {index}", stages=STAGES, effect_stages=EFFECT_STAGES,
-            approval_stages=[], max_retries=self.max_retries, checkpoint_ttl_seconds=ttl, owner=api.owner_user)
+            approval_stages=[], max_retries=self.max_retries, checkpoint_ttl_seconds=ttl, owner=api.owner_user,
+            budget={"cost_usd_per_day": str(self.day_budget)} if self.day_budget is not None else {})
         self.model = ReferenceModel(stages=STAGES, effect_stages=EFFECT_STAGES, max_retries=self.max_retries,
-                                    ttl_seconds=ttl)
+                                    ttl_seconds=ttl, cost_usd_per_day=self.day_budget)
         self.world = World()
         self.intent = f"post-{index}"
         self.version, self.versions, self.policy, self.env = 1, 1, "1", "img:1"
@@ -220,10 +224,13 @@ class Episode:
     # ------------------------------------------------------------ the agent
 
     def event(self, run: ModelRun, stage: str, kind: str, *, expect=(201,), **fields) -> dict:
+        cost = Decimal(self.rng.choice(["0.01", "0.02", "0.03"])) if kind == "succeeded" else Decimal(0)
+        if cost:
+            fields["usage"] = {"input_tokens": self.rng.randint(0, 500), "cost_usd": str(cost)}
         body = {"client_event_id": f"{run.id}-{len(self.log)}-{stage}-{kind}", "stage": stage, "kind": kind, **fields}
         status, event = self.api.call("agent", "POST", f"/api/v1/runs/{run.id}/events/", body, expect=expect)
         if status in (200, 201):
-            self.model.event(run, stage, kind, at=moment(event["at"]))
+            self.model.event(run, stage, kind, at=moment(event["at"]), cost=cost if status == 201 else Decimal(0))
             if event.get("idempotency_key"):
                 self.keys[(run.fp, stage)] = event["idempotency_key"]
         self.note(f"  {stage}:{kind} -> {status}")

@@ -11,14 +11,18 @@ What it keeps for one (workflow, intent):
 - checkpoints: the server writes one whenever a stage passes (succeeded, skipped, verified), holding
   the run's stage view at that moment; its expiry is its time plus the workflow's TTL.
 Fingerprints are opaque labels here (any change of inputs or policy is a new one).
-Not modelled: approvals, executors, goals, rollbacks, staged runs and agent-written checkpoints
-(the episodes do not produce them, so every checkpoint passes its recovery assertions).
+The workflow's day (SPEC §16): what the accepted events cost since the episode began (an episode lasts
+minutes: its day does not turn), its ``cost_usd_per_day`` and whether the day's one escalation stands.
+Per-run budgets are not a rule of the decision (the episodes set none). Not modelled: approvals, executors,
+goals, rollbacks, staged runs and agent-written checkpoints (the episodes do not produce them, so every
+checkpoint passes its recovery assertions).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 PASSED = ("succeeded", "skipped", "verified")  # a stage event after which the server checkpoints
 UNVERIFIED = ("attempted", "effective", "unknown")
@@ -58,7 +62,8 @@ class Expected:
 
 
 class ReferenceModel:
-    def __init__(self, *, stages, effect_stages, max_retries: int, ttl_seconds: int):
+    def __init__(self, *, stages, effect_stages, max_retries: int, ttl_seconds: int,
+                 cost_usd_per_day: Decimal | None = None):
         self.order = list(stages)
         self.effect_stages = set(effect_stages)
         self.max_retries = max_retries
@@ -66,6 +71,7 @@ class ReferenceModel:
         self.runs: list[ModelRun] = []
         self.effects: dict[tuple[str, str], str] = {}  # (fp, stage) -> status
         self.checkpoints: list[ModelCheckpoint] = []
+        self.day_budget, self.day_cost, self.day_escalated = cost_usd_per_day, Decimal(0), False
 
     # ------------------------------------------------------------ the words of SPEC §3
 
@@ -109,6 +115,9 @@ class ReferenceModel:
             return Expected("noop", "active_run_exists")
         if any(r.state == "escalated" and r.fp == fp for r in others):
             return Expected("noop", "escalation_pending")
+        # then the day: spent, a trigger escalates once, later ones noop (a person's retry, ``exclude``, goes ahead)
+        if exclude is None and self.day_budget is not None and self.day_cost >= self.day_budget:
+            return Expected("noop" if self.day_escalated else "escalated", "budget_exhausted")
         same_cp = self._latest_checkpoint(fp)
         verified = self._verified_effects(fp)
         # 2. the work of this fingerprint is complete (checkpoint at any age + verified effects)
@@ -160,6 +169,8 @@ class ReferenceModel:
         """Record a new run as the model says it was decided (the episode checks the server agreed)."""
         run = ModelRun(run_id, fp, policy, env, state="active")
         self._apply(run, expected)
+        if (expected.outcome, expected.reason_code) == ("escalated", "budget_exhausted"):
+            self.day_escalated = True  # one escalation stands for the day
         self.runs.append(run)
         return run
 
@@ -184,8 +195,9 @@ class ReferenceModel:
         run.stages = dict(expected.stages)
         run.state = {"noop": "noop", "escalated": "escalated"}.get(expected.outcome, "active")
 
-    def event(self, run: ModelRun, stage: str, kind: str, *, at: datetime) -> None:
-        """An accepted stage event (API.md, event semantics)."""
+    def event(self, run: ModelRun, stage: str, kind: str, *, at: datetime, cost: Decimal = Decimal(0)) -> None:
+        """An accepted stage event (API.md, event semantics); ``cost``: its usage's ``cost_usd``."""
+        self.day_cost += cost
         key = (run.fp, stage)
         effect_stage = stage in self.effect_stages
         previous = run.stages.get(stage)

@@ -16,6 +16,7 @@ from ledger.services.approvals import (
 )
 from ledger.services.audit import audit_record, refusal_audit
 from ledger.services.batches import events_append
+from ledger.services.chain import GENESIS_HASH, chain_verify, event_compute_hash, event_hash_fields
 from ledger.services.chat import chat_claims_stale_post, chat_deliver
 from ledger.services.checkpoints import (
     CHECKPOINT_FIELDS,
@@ -64,16 +65,7 @@ from ledger.services.slack import (
 )
 from ledger.services.traces import traces_export
 from ledger.services.workflows import POLICY_FIELDS, workflow_create, workflow_update, workflow_validate
-from ledger.services.writer import (
-    EXECUTOR,
-    GENESIS_HASH,
-    RunWriter,
-    chain_verify,
-    effect_key_default,
-    event_compute_hash,
-    event_hash_fields,
-    input_fingerprint,
-)
+from ledger.services.writer import EXECUTOR, RunWriter, effect_key_default, input_fingerprint
 from stateboard.moments import parse_moment
 
 __all__ = [

@@ -12,6 +12,7 @@ from django.utils import timezone
 from ledger.models import LedgerEvent, Run
 from ledger.services.bodies import client_event_id_check
 from ledger.services.events import _citations_record, _event_apply
+from ledger.services.spend import budget_escalate
 from ledger.services.writer import RunWriter, run_lock
 from stateboard.canonical import digest
 from stateboard.errors import Conflict, DomainError, Invalid
@@ -98,6 +99,7 @@ def _events_append(*, run_id, bodies: list[dict], actor: str, intent: str | None
         if isinstance(event, Conflict):  # the lease expired: its move to failed commits, the batch does not
             return _indexed(event, index)
         events.append(event)
+    budget_escalate(writer)  # (SPEC §16: the batch is recorded whole, and the run escalates after it if it crossed)
     writer.flush()
     _citations_record(writer, events)
     return events, True

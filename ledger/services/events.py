@@ -12,6 +12,7 @@ from ledger.models import TERMINAL_STATES, LedgerEvent, Run
 from ledger.services.bodies import client_event_id_check, validate_effect, validate_event_body, validate_evidence
 from ledger.services.event_kinds import HANDLERS, PREPARE, Append, event_effect_key
 from ledger.services.goals import goal_catch_up
+from ledger.services.spend import budget_escalate, usage_record, usage_valid
 from ledger.services.writer import (
     EXECUTOR,
     RunWriter,
@@ -63,6 +64,7 @@ def _event_append_as_read(*, run_id, body: dict, actor: str, run: Run | None) ->
         with statements_refused():
             client_event_id_check(body.get("client_event_id"))
             event = _event_apply(writer, body, body_digest=digest(body))
+            budget_escalate(writer)
     except (DomainError, StatementRefused, TransactionManagementError):  # (a locking read refused outside one)
         return None
     if isinstance(event, Conflict) or _claim_uris(event) or not writer.flush_unless_changed(run.row_version):
@@ -108,6 +110,7 @@ def _event_append(*, run_id, body: dict, actor: str, intent: str | None):
     event = _event_apply(writer, body, body_digest=body_digest)
     if isinstance(event, Conflict):
         return event
+    budget_escalate(writer)
     writer.flush()
     _citations_record(writer, [event])
     return event, True
@@ -115,13 +118,15 @@ def _event_append(*, run_id, body: dict, actor: str, intent: str | None):
 
 def _event_apply(writer: RunWriter, body: dict, *, body_digest: str) -> LedgerEvent | Conflict:
     """Apply one agent event to the writer's locked run (its client_event_id already known to be new):
-    the lease, the body, the kind's handler. Unflushed; a refusal raises (or, for an expired lease
-    whose move to failed was written, is returned)."""
+    the lease, the body, the kind's handler, its usage added up. Unflushed; a refusal raises (or, for an expired
+    lease whose move to failed was written, is returned). The per-run budget is the caller's to check
+    (``spend.budget_escalate``): after the event, or after a whole batch."""
     run, actor, now = writer.run, writer.actor, writer.now
     refusal = _lease_check(run, body, actor, now, pending=bool(writer.events))
     if refusal is not None:
         return refusal
     kind, stage = validate_event_body(run, body)
+    usage = usage_valid(body.get("usage"))
     if body.get("effect") is not None and stage not in run.workflow.effect_stages:
         raise Invalid("effect_not_expected", f"{stage!r} is not an effect stage: an event there carries no effect.")
     if kind == "started" and (run.goal_outdated or body.get("goal_version", run.goal_version) != run.goal_version):
@@ -139,8 +144,9 @@ def _event_apply(writer: RunWriter, body: dict, *, body_digest: str) -> LedgerEv
         kind, stage, reason_code=body.get("reason_code") or "", data={**(body.get("data") or {}), **recorded},
         effect=validate_effect(body.get("effect")), evidence=validate_evidence(body.get("evidence")),
         client_event_id=body.get("client_event_id"), body_digest=body_digest,
-        idempotency_key=event_effect_key(run, kind, stage, app.given_key),
+        idempotency_key=event_effect_key(run, kind, stage, app.given_key), usage=usage,
     )
+    usage_record(writer, usage)
     HANDLERS[kind](app, event)
     goal_catch_up(writer)  # a run that kept an outdated goal moves once its effects are settled
     writer.renew_lease()

@@ -17,8 +17,10 @@ from ledger import selectors
 from ledger.domain import recovery
 from ledger.domain.attributes import KIND as ATTRIBUTES_SET
 from ledger.domain.attributes import attributes_checked
+from ledger.domain.usage import spend_day
 from ledger.models import HOLDING_STATES, LEASED_STATES, Checkpoint, EffectKey, EventKind, Run, Trigger, Workflow
 from ledger.schedules import SLOT_FORMAT
+from ledger.services.spend import day_budget_input, day_querysets
 from ledger.services.versions import goals_latest
 from ledger.services.writer import RunWriter, input_fingerprint, lease_expired, lease_fail, run_lock, workflow_spec
 from ledger.store import store
@@ -74,12 +76,15 @@ def _failed_runs_since_progress(rows: list[tuple], checkpoint: Checkpoint | None
                and (since is None or (ended and ended > since)))
 
 
-def _recovery_querysets(*, workflow_id: int, intent: str, fingerprint: str, holding_locked: int) -> list:
+def _recovery_querysets(*, workflow_id: int, intent: str, fingerprint: str, holding_locked: int,
+                        day: str | None = None) -> list:
     real = selectors.checkpoints_trusted().filter(workflow_id=workflow_id, intent=intent, staged=False)
     querysets = [real.order_by("-id")[:2], real.filter(input_fingerprint=fingerprint).order_by("-id")[:1],
                  selectors.effects_of(workflow_id=workflow_id, intent=intent, fingerprint=fingerprint)
                  .values_list("idempotency_key", "stage", "status", "run_id"),
                  _failed_runs(workflow_id=workflow_id, intent=intent, fingerprint=fingerprint)]
+    if day is not None:  # SPEC §16: the workflow's day, kept by the appends, and whether its escalation stands
+        querysets += day_querysets(workflow_id=workflow_id, day=day)
     return querysets if not holding_locked else [_holding(workflow_id=workflow_id, intent=intent, lock=True), *querysets]
 
 
@@ -87,6 +92,8 @@ _RECOVERY_READS = Reads(functools.partial(_recovery_querysets, holding_locked=Fa
                         fingerprint=str)
 _TRIGGER_READS = Reads(functools.partial(_recovery_querysets, holding_locked=True), workflow_id=int, intent=str,
                        fingerprint=str)
+_TRIGGER_DAY_READS = Reads(functools.partial(_recovery_querysets, holding_locked=True), workflow_id=int, intent=str,
+                           fingerprint=str, day=str)
 _GOAL_READ = Reads(lambda *, intent, slug: [goals_latest(intent=intent, workflow__slug=slug)], intent=str, slug=str)
 
 
@@ -97,17 +104,26 @@ class RecoveryReads:
     same_fingerprint: Checkpoint | None
     effect_rows: list[tuple]
     failed_rows: list[tuple]
+    day_micro_usd: int = 0  # the workflow's cost today (read only with a day)
+    day_escalated: bool = False  # its day budget's escalation stands
 
 
-def recovery_reads(*, workflow: Workflow, intent: str, fingerprint: str, holding_locked: bool = False):
+def recovery_reads(*, workflow: Workflow, intent: str, fingerprint: str, holding_locked: bool = False,
+                   day: str | None = None):
     """L2/L3 of (workflow, intent) as a decision reads them, in one round trip: (the intent's holding runs,
     locked, when ``holding_locked``; else None) and ``RecoveryReads``. Staged runs are invisible here: their
-    checkpoints, failed runs and holding never count (they write no effects)."""
-    rows = store().reads(_TRIGGER_READS if holding_locked else _RECOVERY_READS, workflow_id=workflow.id,
-                         intent=intent, fingerprint=fingerprint)
+    checkpoints, failed runs and holding never count (they write no effects). ``day`` (a trigger's, with
+    ``holding_locked``): the workflow's spend and budget escalation of that UTC day too, in the same trip."""
+    values = dict(workflow_id=workflow.id, intent=intent, fingerprint=fingerprint)
+    if day is not None:
+        rows = store().reads(_TRIGGER_DAY_READS, **values, day=day)
+    else:
+        rows = store().reads(_TRIGGER_READS if holding_locked else _RECOVERY_READS, **values)
     holding = _with_workflow(rows.pop(0), workflow) if holding_locked else None
-    latest_two, same_fp, effect_rows, failed_rows = rows
-    return holding, RecoveryReads(latest_two, same_fp[0] if same_fp else None, effect_rows, failed_rows)
+    latest_two, same_fp, effect_rows, failed_rows, *day_rows = rows
+    spent, escalated = day_rows or ([], [])
+    return holding, RecoveryReads(latest_two, same_fp[0] if same_fp else None, effect_rows, failed_rows,
+                                  sum(spent), bool(escalated))
 
 
 def recovery_input_gather(*, workflow: Workflow, intent: str, fingerprint: str, policy_version: str,
@@ -347,8 +363,11 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
                                      reopened="staged")
         context = {"checkpoints": {}, "retry_count": 0}
     else:
-        holding, reads = recovery_reads(workflow=workflow, intent=intent, fingerprint=fingerprint, holding_locked=True)
+        day = spend_day(now) if "cost_usd_per_day" in (workflow.budget or {}) else None
+        holding, reads = recovery_reads(workflow=workflow, intent=intent, fingerprint=fingerprint, holding_locked=True,
+                                        day=day)
         others = dead_leases_expire(workflow=workflow, intent=intent, now=now, runs=holding)
+        day_read = dict(day=day, day_micro_usd=reads.day_micro_usd, escalated=reads.day_escalated)
         if len(others) < len(holding):  # a lease lapsed: its run failed just now, so read its failure too
             reads = None
         inp, context = recovery_input_gather(workflow=workflow, intent=intent, fingerprint=fingerprint,
@@ -358,6 +377,8 @@ def _run_trigger_locked(*, workflow_slug: str, inputs, intent: str | None, trigg
               input_fingerprint=fingerprint, policy_version=workflow.policy_version,
               env_fingerprint=env_fingerprint, state="captured", triggered_by=actor, created_at=now,
               staged=bool(staged), goal_version=goal_version, attributes=attributes, traceparent=traceparent)
+    if not staged:
+        inp = day_budget_input(inp, budget=workflow.budget, run=run, now=now, **day_read)
     writer = RunWriter(run, actor, now)
     if attributes:  # the ledger holds them (export and import rebuild them from its events), in the run's insert
         writer.emit(ATTRIBUTES_SET, data={"attributes": attributes})

@@ -17,12 +17,14 @@ from ledger.executor import HandlerConfigError, handler_for
 from ledger.models import Workflow
 from ledger.schedules import periodic_tasks_ensure, schedule_problem
 from ledger.services.audit import audit_record
+from ledger.services.spend import budget_valid
 from stateboard.errors import Conflict, Invalid, NotFound
 
 MAX_SECONDS = 31_536_000
 DURATIONS = ("checkpoint_ttl_seconds", "lease_seconds", "approval_ttl_seconds")
 POLICY_FIELDS = ("stages", "effect_stages", "approval_stages", "policy_version", "max_retries", *DURATIONS,
-                 "schedule", "schedule_intent", "schedule_inputs", "executors", "knowledge_scope", "agents", "alerts")
+                 "schedule", "schedule_intent", "schedule_inputs", "executors", "knowledge_scope", "agents", "alerts",
+                 "budget")
 WRITABLE = ("title", *POLICY_FIELDS)
 # What a run's checkpoints and effect keys were made under: changing it needs another policy_version.
 DEFINITION_SHAPE = ("stages", "effect_stages", "approval_stages", "executor handlers")
@@ -117,6 +119,7 @@ def workflow_validate(workflow: Workflow) -> None:
         _refuse("agents", "agents must be a list of agent names (empty: every agent).")
     _executors_validate(workflow.executors, workflow)
     _alerts_validate(workflow)
+    budget_valid(workflow.budget)  # (SPEC §16: 422 invalid_budget; a change needs no policy bump)
 
 
 def _alerts_validate(workflow: Workflow) -> None:

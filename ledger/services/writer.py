@@ -1,4 +1,4 @@
-"""The lowest layer of the ledger's writes: fingerprints, the hash chain, locking a run, the run writer
+"""The lowest layer of the ledger's writes: fingerprints, locking a run, the run writer
 (and the escalation request it opens for a run that escalates).
 
 A run's events are written while its row is locked, which gives a gapless ``seq`` and a
@@ -11,13 +11,13 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 
 from ledger.domain import machine, recovery
 from ledger.domain.effects import effect_key_namespaced
 from ledger.domain.projection import lease_next
+from ledger.domain.usage import spend_day
 from ledger.models import (
     LEASED_STATES,
     TERMINAL_STATES,
@@ -29,12 +29,11 @@ from ledger.models import (
     RunKey,
     Workflow,
 )
+from ledger.services.chain import GENESIS_HASH, event_compute_hash
 from ledger.services.notifications import approval_keys, approval_notify, notifications_settle
 from ledger.store import store
-from stateboard.canonical import canonical_json, digest, sha256_hex
+from stateboard.canonical import digest
 from stateboard.errors import Conflict, NotFound
-
-GENESIS_HASH = "0" * 64
 
 # ---------------------------------------------------------------- fingerprints and hashes
 
@@ -63,30 +62,12 @@ def effect_key_given(run: Run, key: str | None) -> str:
     return effect_key_namespaced(workflow_slug=run.workflow.slug, intent=run.intent, key=key)
 
 
-def _iso(value: datetime) -> str:
-    return value.astimezone(dt_timezone.utc).isoformat(timespec="microseconds")
-
-
-def event_hash_fields(event: LedgerEvent) -> dict:
-    return {
-        "run": str(event.run_id), "seq": event.seq, "at": _iso(event.at), "stage": event.stage,
-        "kind": event.kind, "actor": event.actor, "input_fingerprint": event.input_fingerprint,
-        "policy_version": event.policy_version, "env_fingerprint": event.env_fingerprint,
-        "idempotency_key": event.idempotency_key, "effect": event.effect, "evidence": event.evidence,
-        "reason_code": event.reason_code, "data": event.data, "client_event_id": event.client_event_id,
-    }
-
-
-def event_compute_hash(event: LedgerEvent) -> str:
-    return sha256_hex(event.prev_hash.encode("ascii") + canonical_json(event_hash_fields(event)))
-
-
 # ---------------------------------------------------------------- the run writer
 
 RUN_MUTABLE_FIELDS = ("state", "current_stage", "stage_states", "event_count", "last_hash", "lease_owner",
                       "lease_expires_at", "updated_at", "ended_at", "decision", "decided_at", "retried_at",
                       "lease_id", "queued_at", "queued_until", "ended_reason", "executor_state",
-                      "input_fingerprint", "goal_version", "goal_outdated", "lease_holder_id", "attributes")
+                      "input_fingerprint", "goal_version", "goal_outdated", "lease_holder_id", "attributes", "usage")
 # The lease owner while the executor performs an effect stage (SPEC §5.2).
 EXECUTOR = "system:executor"
 
@@ -100,6 +81,7 @@ class RunWriter:
     events: list[LedgerEvent] = field(default_factory=list)
     rows: list = field(default_factory=list)  # other rows written with the events (server checkpoints)
     before: dict = field(default_factory=dict)
+    spend: list = field(default_factory=lambda: [0, 0, 0])  # the events' usage: input, output tokens, µ$ (SPEC §16)
 
     def __post_init__(self):
         self.before = {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
@@ -204,14 +186,15 @@ class RunWriter:
         else:
             self.emit(EventKind.RELEASED, run.current_stage, data={})
 
-    def escalation_raise(self) -> Approval:
+    def escalation_raise(self, why: str = "") -> Approval:
         """One open escalation per problem: the run's pending escalation request for on-call, else a new one
-        with its ``escalation_raised`` event (by the system) on this writer."""
+        with its ``escalation_raised`` event (by the system) on this writer. ``why``: the move's reason code
+        when it is not the decision's (``budget_exceeded``)."""
         run, now = self.run, self.now
         existing = Approval.objects.filter(run=run, kind=Approval.Kind.ESCALATION, status="pending").first()
         if existing is not None:
             return existing
-        reason = (run.decision or {}).get("reason_code", "")
+        reason = why or (run.decision or {}).get("reason_code", "")
         action = {"system": "stateboard", "operation": "resolve_escalation", "target": str(run.id),
                   "summary": f"Run escalated ({reason or 'needs on-call'}): retry, compensate or abandon."}
         approval = Approval.objects.create(
@@ -228,18 +211,20 @@ class RunWriter:
         """Write the collected events and row changes (``insert``: the run is new). A run they moved to
         ``escalated`` then gets its escalation request, written by a second flush."""
         escalates = self._escalates()
+        why = next((e.reason_code for e in self.events if (e.data or {}).get("cause") == "budget_exceeded"), "") \
+            if escalates else ""
         self.lease_record()
         self.run.updated_at = self.now
         if insert:
             store().run_insert(self.run, self.events, self.rows)
         else:
-            store().run_write(self.run, self._changed(), self.events, self.rows)
+            store().run_write(self.run, self._changed(), self.events, self.rows, spend=self._spend())
         if self._queues(insert):
             store().queued_announce(self.run.workflow.slug)  # waiting leases wake at commit
         self._requests_settle()
         self._flushed()
         if escalates:
-            self.escalation_raise()
+            self.escalation_raise(why)
             if self.events:
                 self.flush()
 
@@ -251,7 +236,8 @@ class RunWriter:
         if self._queues(False) or self._escalates() or any(event.kind in SETTLING_KINDS for event in self.events):
             return False
         self.run.updated_at = self.now
-        if not store().run_write(self.run, self._changed(), self.events, self.rows, unless_changed=version):
+        if not store().run_write(self.run, self._changed(), self.events, self.rows, unless_changed=version,
+                                 spend=self._spend()):
             return False
         self._flushed()
         return True
@@ -261,6 +247,10 @@ class RunWriter:
         return self.run.state == "escalated" and any(
             event.kind == EventKind.TRANSITION and event.data["to"] == "escalated" for event in self.events)
 
+    def _spend(self) -> tuple | None:
+        """(workflow id, UTC day, input tokens, output tokens, µ$) the flush adds to the workflow's day."""
+        return (self.run.workflow_id, spend_day(self.now), *self.spend) if any(self.spend) else None
+
     def _changed(self) -> list[str]:
         return [name for name in RUN_MUTABLE_FIELDS if getattr(self.run, name) != self.before[name]]
 
@@ -268,7 +258,7 @@ class RunWriter:
         return self.run.queued_until is not None and (insert or self.before["queued_until"] is None)
 
     def _flushed(self) -> None:
-        self.rows, self.events = [], []
+        self.rows, self.events, self.spend = [], [], [0, 0, 0]
         self.before = {name: getattr(self.run, name) for name in RUN_MUTABLE_FIELDS}
 
     def _requests_settle(self) -> None:
@@ -428,20 +418,3 @@ def workflow_and_run_lock(run_id) -> tuple[Workflow, Run]:
     intent_lock(*found)
     run = run_lock(run_id, intent=found[1])
     return run.workflow, run
-
-
-# ---------------------------------------------------------------- hash chain
-
-def chain_verify(*, run: Run) -> dict:
-    """Recompute the run's hash chain: ``{ok, events, first_bad_seq}`` (a gap counts as tampering)."""
-    prev, expected_seq, first_bad, count = GENESIS_HASH, 1, None, 0
-    for event in LedgerEvent.objects.of_run(run).order_by("seq").iterator(chunk_size=2000):
-        count += 1
-        if first_bad is None:
-            if event.seq != expected_seq:
-                first_bad = expected_seq
-            elif event.prev_hash != prev or event_compute_hash(event) != event.hash:
-                first_bad = event.seq
-        prev, expected_seq = event.hash, event.seq + 1
-    return {"ok": first_bad is None, "events": count, "first_bad_seq": first_bad}
-

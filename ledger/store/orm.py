@@ -8,12 +8,31 @@ from __future__ import annotations
 
 import uuid
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import CharField, F, Func, IntegerField, Q, Value
 from django.db.models.lookups import Exact
 
-from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
+from ledger.models import (
+    HOLDING_STATES,
+    ApiToken,
+    Checkpoint,
+    Effect,
+    EffectKey,
+    LedgerEvent,
+    Run,
+    RunKey,
+    Workflow,
+    WorkflowDaySpend,
+)
 from ledger.store.reads import Reads
+
+_SPEND = WorkflowDaySpend._meta.db_table
+# A workflow's day incremented (SQLite and PostgreSQL alike); ``source``: its one row, VALUES or a SELECT.
+SPEND_UPSERT = (f'INSERT INTO "{_SPEND}" (workflow_id, day, input_tokens, output_tokens, cost_micro_usd) {{source}} '
+                f'ON CONFLICT (workflow_id, day) DO UPDATE SET '
+                f'input_tokens = "{_SPEND}".input_tokens + excluded.input_tokens, '
+                f'output_tokens = "{_SPEND}".output_tokens + excluded.output_tokens, '
+                f'cost_micro_usd = "{_SPEND}".cost_micro_usd + excluded.cost_micro_usd')
 
 
 class OrmStore:
@@ -118,14 +137,18 @@ class OrmStore:
         self.rows_write(events, checkpoints)
 
     def run_write(self, run: Run, changed: list[str], events: list[LedgerEvent],
-                  checkpoints: list[Checkpoint], *, unless_changed: str | None = None) -> bool:
+                  checkpoints: list[Checkpoint], *, unless_changed: str | None = None, spend: tuple | None = None) -> bool:
         """A locked run's new events and checkpoints, and only its changed columns. ``unless_changed``: a row
-        version (only where the store ``writes_unless_changed``)."""
+        version (only where the store ``writes_unless_changed``). ``spend``: (workflow id, day, input tokens,
+        output tokens, µ$) the events' usage adds to the workflow's day (SPEC §16)."""
         if unless_changed is not None:
             raise NotImplementedError("This store writes a run only under its lock.")
         self.rows_write(events, checkpoints)
         if changed:  # the intent named, so PostgreSQL reads one partition
             Run.objects.filter(pk=run.pk, intent=run.intent).update(**{name: getattr(run, name) for name in changed})
+        if spend is not None:
+            with connection.cursor() as cursor:
+                cursor.execute(SPEND_UPSERT.format(source="VALUES (%s, %s, %s, %s, %s)"), list(spend))
         return True
 
     def attributes_q(self, selection: list[tuple[str, tuple]], field: str = "attributes") -> Q:

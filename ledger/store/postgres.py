@@ -23,7 +23,7 @@ from django.db.models import Q
 from psycopg import RawCursor
 
 from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
-from ledger.store.orm import OrmStore
+from ledger.store.orm import SPEND_UPSERT, OrmStore
 from ledger.store.reads import Reads
 from stateboard.waits import CHANNEL
 
@@ -195,20 +195,24 @@ class PostgresStore(OrmStore):
             cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, workflow_slug])
 
     def run_write(self, run: Run, changed: list[str], events: list[LedgerEvent],
-                  checkpoints: list[Checkpoint], *, unless_changed: str | None = None) -> bool:
+                  checkpoints: list[Checkpoint], *, unless_changed: str | None = None, spend: tuple | None = None) -> bool:
         """One statement: the events and checkpoints inserted and the run's changed columns updated, as
         data-modifying CTEs (a round trip costs more than the work). Its text depends only on how many rows
         of each and which columns changed, so it is built once per shape and prepared like the reads.
         ``unless_changed``: the run's row version as read without its lock; nothing is written (False) when
-        the row is another version now, or when a row breaks a unique key (a repeated ``client_event_id``)."""
+        the row is another version now, or when a row breaks a unique key (a repeated ``client_event_id``).
+        ``spend``: the events' usage added to the workflow's day in the same statement, after the run's row
+        (SPEC §16: every writer locks the run, then the day)."""
         if not events or not changed:
-            return False if unless_changed is not None else super().run_write(run, changed, events, checkpoints)
+            return False if unless_changed is not None else super().run_write(run, changed, events, checkpoints,
+                                                                               spend=spend)
         groups = [objs for objs in (events, checkpoints) if objs]
         params = [field.get_db_prep_save(getattr(run, field.attname), connection) for field in _run_fields(changed)]
         params += [run.pk, run.intent, *([unless_changed] if unless_changed is not None else [])]
         params += [value for objs in groups for value in _insert_values(objs)]
+        params += list(spend or ())
         sql = _write_statement(tuple((type(objs[0]), len(objs)) for objs in groups), tuple(changed),
-                               unless_changed is not None)
+                               unless_changed is not None, spend is not None)
         guarded_in_transaction = unless_changed is not None and connection.in_atomic_block
         try:  # (inside a caller's transaction, a savepoint keeps a refused statement from ending it)
             with transaction.atomic() if guarded_in_transaction else contextlib.nullcontext(), _prepared() as cursor:
@@ -290,12 +294,14 @@ def _insert_values(objs: list) -> list:
 
 
 @functools.lru_cache(maxsize=256)
-def _write_statement(inserts: tuple[tuple[type, int], ...], changed: tuple[str, ...], guarded: bool) -> str:
+def _write_statement(inserts: tuple[tuple[type, int], ...], changed: tuple[str, ...], guarded: bool,
+                     spends: bool = False) -> str:
     """``WITH u AS (UPDATE run SET … RETURNING 1), e AS (INSERT …), c AS (…) SELECT`` whether the run was
     updated and the ids of each insert, for ``inserts`` ((model, rows) in the order of their values) and the
     run's ``changed`` columns. ``guarded``: the update also names the row version (``xmin``), and the rows
     are inserted only when it matched (selected from a VALUES list joined to the update, each value cast to
-    its column's type, in the list's order)."""
+    its column's type, in the list's order). ``spends``: the workflow's day incremented, selected from the
+    update (so only when the run was written, and after its row is locked)."""
     quote = connection.ops.quote_name
     sets = ", ".join(f"{quote(field.column)} = %s" for field in _run_fields(list(changed)))
     guard = " AND xmin = %s::xid" if guarded else ""
@@ -314,7 +320,12 @@ def _write_statement(inserts: tuple[tuple[type, int], ...], changed: tuple[str, 
             source = "VALUES " + ", ".join([row] * rows)
         ctes.append(f"{name} AS (INSERT INTO {quote(model._meta.db_table)} ({columns}) {source} RETURNING id)")
         selected.append(f"(SELECT array_agg(id ORDER BY id) FROM {name})")
+    if spends:
+        ctes.append(f"s AS ({SPEND_UPSERT.format(source=_SPEND_SOURCE)})")
     return f"WITH {', '.join(ctes)} SELECT {', '.join(selected)}"
+
+
+_SPEND_SOURCE = "SELECT %s::integer, %s::varchar, %s::bigint, %s::bigint, %s::bigint FROM u"
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,6 +1,7 @@
 """The product's home pages across both apps: the dashboard, the Prometheus text, the time-display choice."""
 
 from datetime import timedelta
+from decimal import Decimal
 
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
@@ -18,6 +19,8 @@ def _prometheus_label(value) -> str:
 
 
 def _prometheus_value(value) -> str:
+    if isinstance(value, Decimal):  # money (SPEC §16): its digits, never through a float
+        return format(value.normalize(), "f") if value else "0"
     return repr(float(value)) if isinstance(value, float) else str(int(value))
 
 

@@ -6,6 +6,8 @@ from django.views.decorators.http import require_GET
 from knowledge.selectors import knowledge_metrics
 from ledger import metrics_selectors, selectors
 from ledger import reports as report_data
+from ledger.domain.usage import spend_day
+from ledger.usage_selectors import spend_by_workflow
 from stateboard.policy import ANY, Policy, page
 
 
@@ -38,6 +40,7 @@ def reports(request):
     approvals = report_data.open_approvals(now=data["now"])
     shared = {"recovery_accuracy": metrics_selectors.recovery_accuracy(), **knowledge_metrics(since=data["since"])}
     overall_total = report_data.empty()
+    spent = spend_by_workflow(since_day=spend_day(data["since"]))  # SPEC §16, by whole UTC days
     workflows = []
     for workflow in selectors.workflow_list():
         buckets = data["series"].get(workflow.id)
@@ -46,7 +49,7 @@ def reports(request):
             report_data.add(total, bucket)
         report_data.add(overall_total, total)
         figures = {**report_data.figures_of(total, approvals.get(workflow.id, (0, 0.0))), **shared}
-        workflows.append({"slug": workflow.slug, "figures": figures,
+        workflows.append({"slug": workflow.slug, "figures": figures, "usage": spent.get(workflow.id),
                           "charts": _charts(buckets, data, figures["p95_trigger_to_decision_ms"]) if buckets else []})
     pending = (sum(n for n, _ in approvals.values()), max((age for _, age in approvals.values()), default=0.0))
     context = {"window": window, "windows": list(report_data.WINDOWS), "workflows": workflows,

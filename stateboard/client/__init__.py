@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
@@ -272,6 +273,12 @@ class Run:
         self.lease = body.get("lease")
 
     @property
+    def usage(self) -> dict:
+        """The run's totals as last read (SPEC §16): ``{input_tokens, output_tokens, cost_usd}``, the cost a Decimal."""
+        usage = dict(self.raw.get("usage") or {"input_tokens": 0, "output_tokens": 0, "cost_usd": "0"})
+        return {**usage, "cost_usd": Decimal(str(usage.get("cost_usd", "0")))}
+
+    @property
     def outcome(self) -> str:
         """The decision's outcome: fresh, resume, verify_only, noop or escalated."""
         return self.decision.get("outcome", "")
@@ -302,6 +309,8 @@ class Run:
     def _event_body(self, stage: str, kind: str, fields: Mapping[str, Any]) -> dict:
         body = {"client_event_id": _new_event_id(), **self._lease_fields(), "stage": stage, "kind": kind}
         body.update({k: v for k, v in fields.items() if v is not None})
+        if isinstance(body.get("usage"), Mapping):  # SPEC §16: a Decimal cost goes as its decimal string
+            body["usage"] = {k: str(v) if isinstance(v, Decimal) else v for k, v in body["usage"].items()}
         return body
 
     def event(self, stage: str, kind: str, **fields: Any) -> dict:
@@ -377,7 +386,8 @@ class Run:
 
 
 class StageHandle:
-    """What ``run.stage(name)`` yields: set ``effect``, ``evidence`` and ``data`` before it exits."""
+    """What ``run.stage(name)`` yields: set ``effect``, ``evidence``, ``data`` and ``usage`` (what the stage spent,
+    SPEC §16: ``{input_tokens?, output_tokens?, cost_usd?, model?}``) before it exits."""
 
     def __init__(self, run: Run, name: str, started_fields: Mapping[str, Any]):
         self.run, self.name = run, name
@@ -385,6 +395,7 @@ class StageHandle:
         self.effect: dict | None = None
         self.evidence: list[dict] | None = None
         self.data: dict | None = None
+        self.usage: dict | None = None  # sent with the closing event
         self.started: dict | None = None  # the ``started`` event
         self.outcome: dict | None = None  # the closing event
         self.effect_stage = run.is_effect_stage(name) and not run.staged
@@ -396,7 +407,7 @@ class StageHandle:
     def _close(self, kind: str, **fields: Any) -> dict:
         if self.outcome is not None:
             raise RuntimeError(f"stage {self.name!r} was already reported ({self.outcome.get('kind')})")
-        self.outcome = self.run.event(self.name, kind, data=self.data, **fields)
+        self.outcome = self.run.event(self.name, kind, data=self.data, usage=self.usage, **fields)
         return self.outcome
 
     def failed(self, reason_code: str, **fields: Any) -> dict:

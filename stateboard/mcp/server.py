@@ -146,10 +146,13 @@ def build_server(client: Client) -> MCPServer:
         idempotency_key: str | None = None,
         client_event_id: Annotated[str | None, Field(description="only to resend a call whose answer was "
                                                                  "lost: the id its error named")] = None,
+        usage: Annotated[Json | None, Field(description="what this step spent: {input_tokens?, output_tokens? "
+                                                        "(integers), cost_usd? (a decimal string such as "
+                                                        "\"0.0125\"), model?}")] = None,
     ) -> CallToolResult:
         return answer(lambda: tools.event(run_id, stage, kind, client_event_id=client_event_id, effect=effect,
                                           evidence=evidence, reason_code=reason_code, data=data, action=action,
-                                          idempotency_key=idempotency_key))
+                                          idempotency_key=idempotency_key, usage=usage))
 
     @server.tool(description="Ask an editor to approve an action on an approval stage; the run waits in "
                              "awaiting_approval (poll stateboard_run). Once approved, post started on that "

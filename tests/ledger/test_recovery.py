@@ -178,3 +178,36 @@ def test_resume_from_is_always_the_first_stage_not_done(statuses):
                      if not (status.get(s) in ("skipped", "verified")
                              or (status.get(s) == "succeeded" and s not in SPEC.effect_stages))), None)
     assert first_not_done(SPEC, status) == expected
+
+
+# ---------------------------------------------------------------- SPEC §16: the day budget, right after rule 1
+
+OTHERS = st.lists(st.builds(OtherRun, id=st.sampled_from(["r1", "r2"]),
+                            state=st.sampled_from(["execute", "escalated", "failed", "completed"]),
+                            input_fingerprint=st.sampled_from([FP, "fp-2"]), active=st.booleans()), max_size=3)
+
+
+@given(others=OTHERS, stands=st.booleans(), failed=st.integers(0, 5), done=st.sampled_from([(), UP_TO_BUILD, ALL]),
+       effects=st.lists(st.builds(EffectInfo, key=st.sampled_from(["k1", "k2"]), stage=st.sampled_from(["push", "deploy"]),
+                                  status=st.sampled_from(["attempted", "verified", "unknown", "failed"])), max_size=2))
+def test_a_spent_day_decides_every_trigger_rule_1_leaves_escalated_once_then_noop(others, stands, failed, done,
+                                                                                 effects):
+    """Whatever the intent holds, a trigger on a spent day is rule 1's decision where rule 1 applies, else
+    ``budget_exhausted``: escalated while no escalation stands for the day, noop once one does; on a day not
+    spent the decision is the one without the budget."""
+    fields = dict(other_runs=others, failed_runs_since_progress=failed, effects=effects,
+                  latest_checkpoint=checkpoint(done) if done else None)
+    unspent = decide(**fields)
+    assert decide(**fields, day_escalation_stands=stands) == unspent
+    spent = decide(**fields, day_budget_spent=True, day_escalation_stands=stands)
+    if unspent.reason_code in ("active_run_exists", "escalation_pending"):
+        assert spent == unspent
+    else:
+        assert (spent.outcome, spent.reason_code) == ("noop" if stands else "escalated", "budget_exhausted")
+        assert spent.verify_effects == () and spent.resume_from is None
+
+
+def test_a_staged_run_is_never_held_by_the_day_budget():
+    d = recovery_decide(RecoveryInput(workflow=SPEC, input_fingerprint=FP, policy_version=POLICY, env_fingerprint=ENV,
+                                      reopened="staged", day_budget_spent=True))
+    assert (d.outcome, d.reason_code) == ("fresh", "staged")

@@ -3,6 +3,7 @@
 import io
 import re
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,22 @@ def test_reference_retry_budget_expiry_policy_and_inputs():
     assert _decide(model, 200).reason_code == "checkpoint_expired"
 
 
+def test_reference_a_spent_day_escalates_one_trigger_then_noops_and_a_retry_goes_ahead():
+    model = _model(cost_usd_per_day=Decimal("0.05"))
+    run, expected = _run(model, 0)
+    assert expected.outcome == "fresh"
+    model.event(run, "draft", "started", at=T0 + timedelta(seconds=1))
+    model.event(run, "draft", "succeeded", at=T0 + timedelta(seconds=2), cost=Decimal("0.04"))
+    model.lease_ran_out(run)
+    assert _decide(model, 10).outcome == "resume"  # under the budget
+    model.day_cost += Decimal("0.01")  # (another run of the workflow's)
+    escalated, expected = _run(model, 11)
+    assert (expected.outcome, expected.reason_code) == ("escalated", "budget_exhausted")
+    assert (_decide(model, 12, fp="b").outcome, _decide(model, 12, fp="b").reason_code) == ("noop", "budget_exhausted")
+    assert _decide(model, 12).reason_code == "escalation_pending"  # §3's rule 1 comes first
+    assert model.retried(escalated, now=T0 + timedelta(seconds=13)).reason_code == "resume_incomplete_stage"
+
+
 @pytest.mark.slow  # its short-TTL episodes sleep past a real 1 s checkpoint TTL
 @pytest.mark.django_db(transaction=True)
 def test_replay_eval_passes_records_accuracy_and_metrics_show_it(client):
@@ -112,6 +129,7 @@ def test_replay_eval_passes_records_accuracy_and_metrics_show_it(client):
     text = out.getvalue()
     assert "recovery accuracy" in text and "100.00%" in text and "replay_eval passed" in text
     assert "never_leased" in text  # a retried run nobody leased in time, decided right afterwards
+    assert "escalated / budget_exhausted" in text and "noop / budget_exhausted" in text  # SPEC §16's day budget
     record = ReplayEval.objects.get()
     assert (record.episodes, record.seed, record.duplicates, record.unverified) == (30, 20261130, 0, 0)
     assert record.decisions > 100 and record.correct == record.decisions and record.accuracy == 1.0

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -278,3 +279,17 @@ def test_client_claims_propose_and_list(sb):
     assert claim["status"] == "active"
     listed = sb.claims(system="billing", key=claim["key"])
     assert [(c["key"], c["use_as"]) for c in listed] == [(claim["key"], "fact")]
+
+
+def test_client_sends_usage_money_as_decimals_and_reads_the_totals(sb):
+    """SPEC §16: ``handle.usage`` goes with the stage's closing event, a Decimal cost as its decimal string; the
+    run's totals come back with a Decimal cost, and a token count as a string is refused."""
+    run = sb.trigger(small_workflow().slug, {"v": 1})
+    with run.stage("discovery") as handle:
+        handle.usage = {"input_tokens": 10, "output_tokens": 2, "cost_usd": Decimal("0.1"), "model": "m-1"}
+    run.event("draft", "started", usage={"cost_usd": Decimal("0.2")})
+    assert handle.outcome["usage"] == {"input_tokens": 10, "output_tokens": 2, "cost_usd": "0.1", "model": "m-1"}
+    assert run.refresh().usage == {"input_tokens": 10, "output_tokens": 2, "cost_usd": Decimal("0.3")}
+    with pytest.raises(StateboardError) as refused:
+        run.event("draft", "succeeded", usage={"input_tokens": "12"})
+    assert (refused.value.status, refused.value.code) == (422, "invalid_usage")

@@ -74,7 +74,7 @@ def test_mcp_lists_the_eight_tools_and_the_rules_prompt(live_server):
     by_name = {tool.name: tool for tool in tools}
     assert set(by_name["stateboard_event"].input_schema["properties"]) == {
         "run_id", "stage", "kind", "effect", "evidence", "reason_code", "data", "action", "idempotency_key",
-        "client_event_id"}
+        "client_event_id", "usage"}
     assert by_name["stateboard_lease"].input_schema["properties"]["wait_seconds"]["maximum"] == 30
     for name in ("stateboard_trigger", "stateboard_lease", "stateboard_resume_packet"):
         assert "Never redo a verified effect" in by_name[name].description
@@ -207,3 +207,21 @@ def test_mcp_trigger_carries_attributes_and_the_holder_changes_them(live_server)
     assert run["attributes"] == {"team": "infra", "tier": 2}
     assert final["attributes"] == {"team": "infra", "hot": True}
     assert text.startswith("invalid_attributes: ") and body["status"] == 422
+
+
+def test_mcp_event_carries_usage_and_a_bad_one_is_refused(live_server):
+    """SPEC §16 over MCP: ``usage`` on ``stateboard_event``; a token count as a string is ``invalid_usage``."""
+    wf = small_workflow()
+
+    async def script(session):
+        call = Tools(session)
+        run = await call("stateboard_trigger", workflow=wf.slug, inputs={"source": "v1"})
+        await call("stateboard_event", run_id=run["id"], stage="discovery", kind="started",
+                   usage={"input_tokens": 30, "output_tokens": 4, "cost_usd": "0.0125", "model": "m-1"})
+        bad = await call("stateboard_event", error=True, run_id=run["id"], stage="discovery", kind="succeeded",
+                         usage={"input_tokens": "12"})
+        return await call("stateboard_run", run_id=run["id"]), bad
+
+    final, (text, body) = with_mcp(live_server.url, make_agent()[1], script)
+    assert final["usage"] == {"input_tokens": 30, "output_tokens": 4, "cost_usd": "0.0125"}
+    assert text.startswith("invalid_usage: ") and body["status"] == 422
