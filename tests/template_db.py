@@ -20,6 +20,7 @@ from psycopg import sql
 
 ROOT = Path(__file__).resolve().parents[1]
 DONE = "stateboard test template: migrated"
+KEPT = 3  # the newest templates kept (other checkouts' migrations may be running beside this one)
 
 
 def template_name() -> str:
@@ -59,6 +60,18 @@ def ensure_template(server: dict) -> str | None:
                 admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
                 return None
             admin.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(sql.Identifier(name), sql.Literal(DONE)))
+            _older_dropped(admin)
             return name
     except psycopg.Error:
         return None
+
+
+def _older_dropped(admin) -> None:
+    """Templates of earlier migrations, but the newest ``KEPT``: dropped unless in use."""
+    older = admin.execute("SELECT datname FROM pg_database WHERE datname LIKE 'stateboard\\_template\\_%%' "
+                          "ORDER BY oid DESC OFFSET %s", [KEPT]).fetchall()
+    for (name,) in older:
+        try:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        except psycopg.Error:
+            pass  # in use: a later run drops it

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from knowledge import services as knowledge_services
 from knowledge.web import forms as knowledge_forms
-from ledger.models import AuditEntry, Notification
+from ledger.models import Alert, AuditEntry, Notification
 from ledger.web import forms as ledger_forms
 from tests.browser.scenarios import (
     agent_driver,
@@ -69,7 +69,9 @@ def world():
     claim = knowledge_services.claim_propose(user=owner, data=proposal())
     Notification.objects.create(user=owner, kind="escalation", subject="fuzz", url="/", dedupe_key="fuzz",
                                 created_at=timezone.now())
-    return {"run_id": escalated["id"], "approval_id": approval["id"], "slug": workflow.slug, "key": claim.key,
+    alert = Alert.objects.create(key="fuzz/r/s", workflow=workflow, rule="r", kind="queue_age", severity="page",
+                                 subject="s", summary="fuzz", opened_at=timezone.now(), updated_at=timezone.now())
+    return {"alert_id": alert.id, "run_id": escalated["id"], "approval_id": approval["id"], "slug": workflow.slug, "key": claim.key,
             "notification_id": Notification.objects.get(user=owner).id, "prefix": failed["id"][:8],
             "runs": [failed["id"], escalated["id"]], "owner": owner, "name": make_agent()[0].username}
 
