@@ -1,9 +1,15 @@
 import os
+import sys
 
 import pgtrigger
 import pytest
 from django.core.management.commands import flush
 from django.db.backends.postgresql.operations import DatabaseOperations as PostgresOperations
+
+# The suite runs ~100 Python processes (xdist workers, servers, workers, commands): with PYTHONDONTWRITEBYTECODE set
+# in the environment, each would compile (and pytest rewrite) every module again — ~10 s per test worker.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # The ledger refuses TRUNCATE for every connection. Transactional tests clean up with
 # `flush` (a TRUNCATE), so the flush alone runs with the guards ignored; the guards stay
