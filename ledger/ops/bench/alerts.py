@@ -18,12 +18,12 @@ from ledger.models import Alert, Workflow
 from ledger.ops.bench.common import percentile
 
 TARGET_PASS_SECONDS = 10.0  # a pass every minute: it must end well within it
-RULES = {
-    "absence": {"cron": "0 9 * * *", "within_minutes": 30},
-    "failure_rate": {"window_minutes": 60, "threshold": 0.5, "min_runs": 5},
-    "escalation_age": {"minutes": 120},
-    "approval_age": {"minutes": 120},
-    "queue_age": {"minutes": 30},
+RULES = {  # thresholds the loaded history meets, so the first pass opens alerts (and their deliveries)
+    "absence": {"cron": "* * * * *", "within_minutes": 1},
+    "failure_rate": {"window_minutes": 525_600, "threshold": 0.01, "min_runs": 1},
+    "escalation_age": {"minutes": 1},
+    "approval_age": {"minutes": 1},
+    "queue_age": {"minutes": 1},
 }
 assert set(RULES) == set(KINDS)
 
