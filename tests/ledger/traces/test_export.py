@@ -274,3 +274,22 @@ def test_on_calls_actions_and_an_effect_that_failed_are_in_the_runs_trace(collec
     assert root["attributes"]["stateboard.state"] == "abandoned" and root["status"] != ERROR
     assert events["abandoned"]["stateboard.actor"] == f"user:{oncall.username}"
     assert "escalation_raised" in events and "escalation_closed" in events
+
+
+def test_the_usage_agents_post_is_on_their_stage_spans_and_the_runs(collector):
+    """SPEC §16: usage recorded on events is exported as the GenAI conventions' token counts and model."""
+    wf = make_workflow(stages=["draft", "review"], effect_stages=[], approval_stages=[])
+    _, token = make_agent()
+    agent = AgentDriver(client_for(token), wf.slug)
+    run = _trigger(agent)
+    agent.event(run["id"], "draft", "started", usage={"input_tokens": 1200, "output_tokens": 300, "model": "m-1",
+                                                      "cost_usd": "0.0125"})
+    agent.event(run["id"], "draft", "succeeded", usage={"input_tokens": 30})
+    agent.pass_stage(run["id"], "review")
+    assert _export() == 1
+    by_name = {s["name"]: s for s in collector.spans()}
+    draft, review = by_name["stage draft"]["attributes"], by_name["stage review"]["attributes"]
+    assert (draft["gen_ai.usage.input_tokens"], draft["gen_ai.usage.output_tokens"],
+            draft["gen_ai.request.model"]) == (1230, 300, "m-1")
+    assert "gen_ai.usage.input_tokens" not in review
+    assert by_name[f"invoke_workflow {wf.slug}"]["attributes"]["gen_ai.usage.input_tokens"] == 1230
