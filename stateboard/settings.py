@@ -295,6 +295,9 @@ STATEBOARD_SLACK_SIGNING_SECRET = os.environ.get("STATEBOARD_SLACK_SIGNING_SECRE
 # Where people reach the pages: links in chat messages are built on it.
 STATEBOARD_PUBLIC_URL = os.environ.get("STATEBOARD_PUBLIC_URL", "http://127.0.0.1:8000")
 # Alerts (SPEC §14): the `webhook` channel (signed with the secret) and the `pagerduty` channel (Events API v2).
+# Traces (SPEC §16): the run page links its trace in the operators' tracing UI, e.g.
+# http://127.0.0.1:16686/trace/{trace_id} for Jaeger ({trace_id}: 32 hex digits).
+STATEBOARD_TRACE_URL = os.environ.get("STATEBOARD_TRACE_URL", "")
 STATEBOARD_ALERT_WEBHOOK_URL = os.environ.get("STATEBOARD_ALERT_WEBHOOK_URL", "")
 STATEBOARD_ALERT_WEBHOOK_SECRET = os.environ.get("STATEBOARD_ALERT_WEBHOOK_SECRET", "")
 STATEBOARD_PAGERDUTY_URL = os.environ.get("STATEBOARD_PAGERDUTY_URL", "https://events.pagerduty.com/v2/enqueue")

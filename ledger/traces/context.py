@@ -35,6 +35,14 @@ def trace_ids(run_id, traceparent: str = "") -> tuple[int, int | None]:
     return uuid.UUID(str(run_id)).int or 1, None
 
 
+def trace_url(run, template: str) -> str:
+    """The run's trace in the tracing UI ``template`` names (``{trace_id}``: 32 hex digits); "" without one."""
+    if not template:
+        return ""
+    trace_id, _ = trace_ids(run.id, run.traceparent)
+    return template.replace("{trace_id}", f"{trace_id:032x}")
+
+
 def span_id(run_id, *parts) -> int:
     """A span id derived from the run and what the span stands for (an event's seq): the same spans, with the
     same ids, whenever the run's trace is exported again."""

@@ -1,5 +1,6 @@
 """Runs list (filters, search, saved views), id-prefix redirect and the live run page."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -10,6 +11,7 @@ from django.views.decorators.http import require_GET, require_POST
 from knowledge import selectors as knowledge_selectors
 from ledger import attempt_selectors, authorizers, selectors, services, stage_selectors
 from ledger.models import Run, SavedView
+from ledger.traces.context import trace_url
 from ledger.web import drawing, preview
 from ledger.web.common import CappedPaginator, attribute_filters, evidence_view, form_error_text
 from ledger.web.forms import SavedViewForm
@@ -130,6 +132,7 @@ def run_page_context(run: Run, *, user, before: int | None = None, from_seq: int
         "checkpoint_json": redact_json(checkpoint.payload) if checkpoint else "",
         "inputs_json": redact_json(run.inputs),
         "audit_entries": list(selectors.run_audit_entries(run=run)[:100]),
+        "trace_url": trace_url(run, settings.STATEBOARD_TRACE_URL),
     }
 
 

@@ -176,3 +176,15 @@ def test_effects_to_verify_are_named_by_stage_system_and_operation():
     listed = panel.split("Effects to verify")[1].split("</dd>")[0]
     assert "deploy" in listed and "(k8s/deploy)" in listed and f'title="{key}"' in listed
     assert key[:16] not in listed.replace(f'title="{key}"', "")
+
+
+def test_the_run_page_links_its_trace_when_a_tracing_ui_is_configured(settings):
+    _, run = long_run(1, intent="traced")
+    client, _ = login("viewer")
+    url = reverse("ledger:run_detail", args=[run["id"]])
+    assert "data-trace" not in texts(client.get(url))  # no STATEBOARD_TRACE_URL: nothing to link to
+    settings.STATEBOARD_TRACE_URL = "http://127.0.0.1:16686/trace/{trace_id}"
+    html = texts(client.get(url))
+    assert f'href="http://127.0.0.1:16686/trace/{run["id"].replace("-", "")}"' in html  # the run id's 128 bits
+    Run.objects.filter(id=run["id"]).update(traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+    assert 'href="http://127.0.0.1:16686/trace/4bf92f3577b34da6a3ce929d0e0e4736"' in texts(client.get(url))
