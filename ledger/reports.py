@@ -211,11 +211,11 @@ def _bucket_label(start: datetime, unit: str) -> str:
 
 
 def bar_chart(values: list[float | None], *, starts: list[datetime], unit: str, title: str, caption: str,
-              value_unit: str = "", width: int = 600, height: int = 170) -> dict:
+              value_unit: str = "", width: int = 600, height: int = 170, line: float | None = None) -> dict:
     """Bars (None: no data, drawn as nothing) with a labelled y axis (0, half, top) and x labels under
     every few buckets (hours for a day, days for a week or a month); each bar's title says its bucket and value."""
     pad_l, pad_r, pad_b, pad_t = 52, 8, 30, 10
-    top = _nice_top(max([v for v in values if v is not None] or [0]))
+    top = _nice_top(max([v for v in values if v is not None] + ([line] if line is not None else []) or [0]))
     inner_w, inner_h = width - pad_l - pad_r, height - pad_b - pad_t
     axis_y = pad_t + inner_h
     bar_w = inner_w / max(len(values), 1)
@@ -231,7 +231,8 @@ def bar_chart(values: list[float | None], *, starts: list[datetime], unit: str, 
         if i % every == 0:
             x_ticks.append({"x": round(pad_l + (i + 0.5) * bar_w, 1), "label": _bucket_label(start, unit)})
     y_ticks = [{"y": round(axis_y - inner_h * f, 1), "label": _number(top * f)} for f in (0, 0.5, 1)]
-    return {"title": title, "caption": caption, "width": width, "height": height, "bars": bars,
+    drawn_line = None if line is None else {"y": round(axis_y - inner_h * line / top, 1), "label": _number(line)}
+    return {"line": drawn_line, "title": title, "caption": caption, "width": width, "height": height, "bars": bars,
             "axis_y": axis_y, "pad_l": pad_l, "right": width - pad_r, "y_ticks": y_ticks, "x_ticks": x_ticks,
             "label_y": height - 12, "value_unit": value_unit,
             "span": f"{_bucket_label(starts[0], unit)} – now, one bar per {unit} (UTC)"}

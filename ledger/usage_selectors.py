@@ -21,6 +21,23 @@ def spend_by_workflow(*, since_day: str | None = None) -> dict[int, dict]:
             for r in rows}
 
 
+def spend_by_workflow_day(*, since_day: str) -> dict[int, dict]:
+    """{workflow id: {"days": {YYYY-MM-DD: cost_usd}, and the totals as ``spend_by_workflow``}} over the UTC days
+    from ``since_day``, for the workflows that spent anything. One statement."""
+    found: dict[int, dict] = {}
+    rows = WorkflowDaySpend.objects.filter(day__gte=since_day).values_list(
+        "workflow_id", "day", "input_tokens", "output_tokens", "cost_micro_usd").order_by("workflow_id", "day")
+    for workflow_id, day, input_tokens, output_tokens, micro in rows:
+        spent = found.setdefault(workflow_id, {"days": {}, "input_tokens": 0, "output_tokens": 0, "micro": 0})
+        spent["days"][str(day)] = usd_of_micro(micro)
+        spent["input_tokens"] += input_tokens
+        spent["output_tokens"] += output_tokens
+        spent["micro"] += micro
+    for spent in found.values():
+        spent["cost_usd"] = usd_of_micro(spent.pop("micro"))
+    return found
+
+
 def earlier_attempts_spent(run: Run) -> dict:
     """What the intent's runs triggered before ``run`` spent (staged runs count too: they are attempts whose
     agents spent), ``{runs, input_tokens, output_tokens, cost_usd (a decimal string)}``. One statement."""

@@ -50,6 +50,23 @@ def test_reports_and_the_run_page_show_what_was_spent():
     assert "100 input, 20 output tokens · $0.3" in detail and "$5 per run" in detail
 
 
+def test_reports_draw_the_cost_per_day_with_the_day_budget_as_a_line():
+    workflow, _, _ = _spent(cost_usd_per_day="2")
+    unbudgeted, _, _ = _spent()
+    html = login("viewer")[0].get("/reports/?window=7d").content.decode()
+    section = html[html.index(f'data-workflow="{workflow.slug}"'):]
+    section = section[:section.index("</section>")]
+    assert "Cost per UTC day ($)" in section and "day budget $2" in section
+    assert f"{spend_day(timezone.now())} UTC: 0.3 $" in section  # today's bar says what it stands for
+    chart = section[section.index("Cost per UTC day ($)"):]
+    line = re.search(r'<line class="budget" x1="[\d.]+" y1="([\d.]+)"', chart)
+    bar = re.search(r'<rect class="bar" x="[\d.]+" y="([\d.]+)"', chart)
+    assert line and bar and float(line.group(1)) < float(bar.group(1))  # $2 stands above today's $0.30
+    other = html[html.index(f'data-workflow="{unbudgeted.slug}"'):]
+    other = other[:other.index("</section>")]
+    assert "Cost per UTC day ($)" in other and "no day budget" in other and "data-budget-line" not in other
+
+
 def test_the_resume_packet_says_what_the_intents_earlier_attempts_spent():
     workflow, driver, run = _spent()
     driver.event(run["id"], "ship", "failed", reason_code="broke")  # the attempt ends
