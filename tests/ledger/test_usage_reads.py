@@ -15,6 +15,8 @@ from ledger.models import BudgetEscalation, LedgerEvent, Run, Workflow, Workflow
 from ledger.services import chain_verify
 from tests.factories import client_for, login, make_agent, make_operator, make_workflow, unique
 from tests.ledger.helpers import AgentDriver
+from tests.ledger.test_portability import _export as portability_export
+from tests.ledger.test_portability import _wipe as portability_wipe
 
 pytestmark = pytest.mark.django_db
 
@@ -83,24 +85,8 @@ def export_key(monkeypatch):
     monkeypatch.setenv("STATEBOARD_EXPORT_KEY", "test-usage-export-key")
 
 
-def _export() -> bytes:
-    out = io.StringIO()
-    call_command("export_ledger", stdout=out, stderr=io.StringIO())
-    return out.getvalue().encode("utf-8")
-
-
-def _wipe():
-    import pgtrigger
-    from django.contrib.auth import get_user_model
-
-    from ledger.models import EffectKey
-    from ledger.portability.rows import IDENTITY_TYPES, SYSTEM_TYPES
-
-    with pgtrigger.ignore():
-        for _, model in reversed(IDENTITY_TYPES + SYSTEM_TYPES):
-            model.objects.all().delete()
-        get_user_model().objects.all().delete()
-        EffectKey.objects.all().delete()
+# Export and wipe as the portability tests do (one way to take a system apart and put it back).
+_export, _wipe = portability_export, portability_wipe
 
 
 @pytest.mark.postgres  # (the wipe goes around PostgreSQL's triggers with pgtrigger.ignore)
