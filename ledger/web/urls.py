@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from ledger import web
-from ledger.web import agents, alerts, approval_links, notifications, rollback, sso
+from ledger.web import account, agents, alerts, approval_links, notifications, rollback, sso
 
 app_name = "ledger"
 urlpatterns = [
@@ -34,6 +34,7 @@ urlpatterns = [
     path("reports/", web.reports, name="reports"),
     path("workflows/", web.workflow_list, name="workflow_list"),
     path("workflows/<slug:slug>/", web.workflow_detail, name="workflow_detail"),
+    path("account/", account.account, name="account"),
     path("login/sso/", sso.sso_start, name="sso_start"),
     path("login/sso/callback/", sso.sso_callback, name="sso_callback"),
 ]
