@@ -40,7 +40,7 @@ class ApprovalLink:
 
     @property
     def label(self) -> str:
-        return (ESCALATION_LABELS if self.approval.kind == Approval.Kind.ESCALATION else LABELS)[self.verb]
+        return labels_of(self.approval)[self.verb]
 
 
 @dataclass(frozen=True)
@@ -51,11 +51,15 @@ class LinkProblem:
     detail: str
 
 
+def labels_of(approval: Approval) -> dict[str, str]:
+    return ESCALATION_LABELS if approval.kind == Approval.Kind.ESCALATION else LABELS
+
+
 def approval_link_paths(approval: Approval, user_id: int) -> list[tuple[str, str]]:
     """(label, path) of the Approve and Reject links for ``user_id``: a fresh nonce the two share."""
     nonce = secrets.token_urlsafe(16)
     expires = int(approval.deadline.timestamp())
-    labels = ESCALATION_LABELS if approval.kind == Approval.Kind.ESCALATION else LABELS
+    labels = labels_of(approval)
     paths = []
     for verb in VERBS:
         token = signing.dumps({"a": str(approval.id), "d": approval.action_digest, "u": user_id, "v": verb,
