@@ -1,8 +1,22 @@
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 from django.utils.html import format_html
 
 from ledger.auth import token_revoke
-from ledger.models import Agent, ApiToken, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Run, Workflow
+from ledger.models import (
+    Agent,
+    ApiToken,
+    Approval,
+    ApproverGroup,
+    AuditEntry,
+    Checkpoint,
+    Effect,
+    LedgerEvent,
+    Run,
+    SsoIdentity,
+    Workflow,
+)
 from stateboard.admin import ReadOnlyAdmin
 from stateboard.redact import redact, redact_json
 
@@ -109,3 +123,53 @@ class ApiTokenAdmin(ReadOnlyAdmin):
         hashes = queryset.filter(revoked_at__isnull=True).values_list("key_hash", flat=True)
         count = sum(token_revoke(key_hash=key_hash, user=request.user) for key_hash in hashes)
         self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
+
+
+def _names(people_or_groups) -> str:
+    return ", ".join(sorted(str(item) for item in people_or_groups)) or "—"
+
+
+@admin.register(ApproverGroup)
+class ApproverGroupAdmin(ReadOnlyAdmin):
+    """Approver groups (SPEC §17: ``group:<name>`` in a stage's approvers; no role): set by single sign-on at
+    each sign-in, or by ``create_operator --group``."""
+
+    list_display = ["name", "member_names"]
+    search_fields = ["name", "members__username"]
+    fields = ["name", "member_names"]
+    readonly_fields = ["member_names"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("members")
+
+    @admin.display(description="members")
+    def member_names(self, group):
+        return _names(member.get_username() for member in group.members.all())
+
+
+@admin.register(SsoIdentity)
+class SsoIdentityAdmin(ReadOnlyAdmin):
+    """Single sign-on identities (SPEC §17), made at a person's first sign-in."""
+
+    list_display = ["user", "issuer", "sub", "created_at", "last_sign_in_at"]
+    search_fields = ["user__username", "sub"]
+    list_select_related = ["user"]
+
+
+class PersonAdmin(UserAdmin):
+    """Django's user admin, with the person's approver groups shown (read-only: sign-in and the command set them)."""
+
+    readonly_fields = [*UserAdmin.readonly_fields, "approver_group_names"]
+    fieldsets = [*UserAdmin.fieldsets, ("Approver groups", {"fields": ["approver_group_names"]})]
+    list_display = [*UserAdmin.list_display, "approver_group_names"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("approver_groups")
+
+    @admin.display(description="approver groups")
+    def approver_group_names(self, user):
+        return _names(group.name for group in user.approver_groups.all())
+
+
+admin.site.unregister(get_user_model())
+admin.site.register(get_user_model(), PersonAdmin)

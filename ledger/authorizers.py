@@ -127,6 +127,15 @@ def may_revoke_agent(user, agent=None) -> None:
     require_person(user, OWNER, detail=only_roles_may([OWNER], "revoke an agent's token"))
 
 
+def may_use_approval_link(user, link) -> None:
+    """An e-mailed Approve or Reject link (SPEC §17, ``ledger.approval_links``): the person it was mailed
+    to, and only while they may decide the request (the inbox's rule, ``may_decide_approval``)."""
+    if user.pk != link.user_id:
+        raise Refused("not_the_addressee", "This link was mailed to someone else: only they may use it. "
+                                           "Decide in the approvals inbox instead.")
+    may_decide_approval(user, link.approval)
+
+
 ONCALL_ACTIONS = {"retry": may_retry, "compensate": may_compensate, "abandon": may_abandon}
 
 

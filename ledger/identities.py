@@ -8,7 +8,7 @@ from django.db import transaction
 
 from ledger import authorizers
 from ledger.auth import token_issue, token_revoke
-from ledger.models import Agent, ApiToken, SlackIdentity
+from ledger.models import Agent, ApiToken, ApproverGroup, SlackIdentity
 from stateboard.errors import Conflict, NotFound
 from stateboard.roles import AGENT, HUMAN_ROLES
 
@@ -34,9 +34,10 @@ def agent_create(*, name: str, owner=None) -> tuple[Agent, str]:
 
 @transaction.atomic
 def operator_create(*, name: str, role: str, password: str | None = None, with_token: bool = False,
-                    slack_id: str | None = None):
+                    slack_id: str | None = None, groups=()):
     """A human user in one role; returns (user, token or None); no password under ``OIDC_ONLY`` (SPEC §17).
-    An existing user gains the role, and with ``slack_id`` (``TEAM:USER``) decides from Slack's buttons as that Slack user."""
+    An existing user gains the role, and with ``slack_id`` (``TEAM:USER``) decides from Slack's buttons as that Slack user;
+    ``groups``: approver groups they join (SPEC §17: ``group:<name>`` in a stage's approvers; never a role)."""
     if role not in HUMAN_ROLES:
         raise ValueError(f"Unknown role {role!r}; choose one of {', '.join(HUMAN_ROLES)}.")
     if password and settings.OIDC_ONLY:
@@ -52,7 +53,28 @@ def operator_create(*, name: str, role: str, password: str | None = None, with_t
     user.groups.add(Group.objects.get_or_create(name=role)[0])
     if slack_id:
         slack_identity_set(user=user, slack_id=slack_id)
+    if groups:
+        approver_groups_join(user=user, groups=groups)
     return user, (token_issue(user=user) if with_token else None)
+
+
+GROUP_NAME_MAX = ApproverGroup._meta.get_field("name").max_length
+
+
+def approver_groups_join(*, user, groups) -> list[ApproverGroup]:
+    """Put ``user`` in the approver groups named (created when new), beside those they are in. The names are
+    kept as written, trimmed; an empty one, or one over 200 characters or holding a control character, is
+    refused (``ValueError``). A person who signs in with single sign-on gets the provider's groups instead."""
+    names = []
+    for group in groups:
+        name = group.strip()
+        if not name or len(name) > GROUP_NAME_MAX or not name.isprintable():
+            raise ValueError(f"An approver group is a name of 1 to {GROUP_NAME_MAX} printable characters, "
+                             f"not {group!r}.")
+        names.append(name)
+    joined = [ApproverGroup.objects.get_or_create(name=name)[0] for name in dict.fromkeys(names)]
+    user.approver_groups.add(*joined)
+    return joined
 
 
 def slack_identity_set(*, user, slack_id: str) -> SlackIdentity:

@@ -357,3 +357,9 @@ def effects_of_intent(*, run):
 def stage_effect_statuses(effect_rows) -> dict[str, str]:
     """{stage: status of its latest claimed effect} of ``effects_of_intent`` rows."""
     return {effect.stage: effect.status for effect in effect_rows}
+
+
+def person_of(user) -> dict:
+    """A person's page (SPEC §17): their approver groups (no role) and single sign-on identities."""
+    return {"approver_groups": list(user.approver_groups.order_by("name").values_list("name", flat=True)),
+            "sso_issuers": list(user.sso_identities.order_by("issuer").values_list("issuer", flat=True))}

@@ -8,6 +8,7 @@
 - ``rollups``: the reports' hourly rollups;
 - ``alerts``: alerts of workflows' rules, their append-only history and silences (SPEC §14);
 - ``identities``: single sign-on identities and the identity provider's approver groups (SPEC §17);
+- ``mail``: the e-mailed approval links used, once each (SPEC §17);
 - ``usage``: what a workflow spent each UTC day, and a spent day budget's one escalation (SPEC §16);
 - ``keys``: what spans intents (run ids and trigger keys, effect keys), apart from the partitioned tables.
 
@@ -22,6 +23,7 @@ from ledger.models.chat import SlackIdentity, SlackSignature
 from ledger.models.goals import Goal, StageGeneration
 from ledger.models.identities import ApproverGroup, SsoIdentity
 from ledger.models.keys import EffectKey, RunKey
+from ledger.models.mail import ApprovalLinkUse
 from ledger.models.ops import Notification, Outbox, ReplayEval, SavedView, TraceMark
 from ledger.models.rollups import ReportRollup
 from ledger.models.runs import (
@@ -52,7 +54,7 @@ OPS_MODELS = (Notification, Outbox, ReplayEval, SavedView, ReportRollup, TraceMa
 __all__ = [
     "DEFAULT_APPROVAL_STAGES", "DEFAULT_EFFECT_STAGES", "DEFAULT_STAGES", "GOAL_MODELS", "HOLDING_STATES",
     "LEASED_STATES", "OPS_MODELS", "STAGE_OUTCOME_KINDS", "TERMINAL_STATES",
-    "Agent", "Alert", "AlertChange", "AlertSilence", "ApiToken", "Approval", "ApproverGroup", "AuditEntry",
+    "Agent", "Alert", "AlertChange", "AlertSilence", "ApiToken", "Approval", "ApprovalLinkUse", "ApproverGroup", "AuditEntry",
     "BudgetEscalation", "Checkpoint", "Effect", "EffectKey", "EffectStatus", "EventKind", "Goal",
     "LedgerEvent", "Notification", "Outbox", "ReplayEval", "ReportRollup", "Run", "RunKey", "RunState", "SavedView",
     "SlackIdentity", "SlackSignature", "SsoIdentity", "StageGeneration", "TraceMark", "Trigger", "Workflow",

@@ -26,6 +26,7 @@ from ledger.services.checkpoints import (
     checkpoint_validate,
     checkpoints_prune,
 )
+from ledger.services.email_decisions import approval_link_decide
 from ledger.services.events import event_append
 from ledger.services.executor import executor_run, executor_sweep
 from ledger.services.goals import goal_create, goals_of
@@ -71,6 +72,7 @@ from stateboard.moments import parse_moment
 __all__ = [
     "alert_acknowledge", "alert_resolve", "alert_send", "alerts_evaluate", "deliveries_of", "silence_end",
     "silence_set", "CHECKPOINT_FIELDS", "CHECKPOINT_MAX_BYTES", "GENESIS_HASH", "SUMMARY_MAX_CHARS", "RunWriter",
+    "approval_link_decide",
     "action_validate", "approval_decide", "approval_request", "approvals_expire", "audit_record", "refusal_audit", "chain_verify",
     "chat_deliver", "slack_signatures_prune", "checkpoint_save", "checkpoint_validate", "checkpoints_prune",
     "compensation_plan", "effect_key_default", "event_append", "events_append", "event_compute_hash",

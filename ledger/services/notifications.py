@@ -1,6 +1,8 @@
 """Notifications (SPEC §5.3): rows a user reads on the pages and through the API, and e-mail
 when Django's mail settings are configured, and a chat message for a pending request (``chat``).
 Below every other service module: it imports only ``chat`` (which imports only the outbox).
+The message of a pending request carries its Approve and Reject links, signed for each recipient
+(``ledger.approval_links``, SPEC §17).
 
 A notification is identified per user by its ``dedupe_key`` (``stale:<key>:<version>``,
 ``approval:<id>``, ``escalation:<id>``): inserting it is ``ON CONFLICT DO NOTHING``, so a
@@ -13,7 +15,7 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime
-from typing import Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -25,8 +27,9 @@ from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
+from ledger.approval_links import approval_link_paths
 from ledger.models import Notification
-from ledger.services.chat import chat_approval_post
+from ledger.services.chat import chat_approval_post, public_url
 from stateboard.errors import NotFound
 from stateboard.roles import EDITOR, ONCALL, users_in_role
 
@@ -60,15 +63,18 @@ def _user_id(user) -> int:
 
 
 def notifications_send(*, users, kind: str, subject: str, url: str, dedupe_key: str, run_id=None,
-                       intent: str = "", claim_key: str = "", now: datetime | None = None) -> list[int]:
-    """Notify each of ``users`` (users or ids) once per ``dedupe_key``; returns the new rows' ids."""
+                       intent: str = "", claim_key: str = "", now: datetime | None = None,
+                       mail_more: Callable[[int], str] | None = None) -> list[int]:
+    """Notify each of ``users`` (users or ids) once per ``dedupe_key``; returns the new rows' ids.
+    ``mail_more(user_id)``: what the e-mail says besides, to that recipient alone."""
     ids = dict.fromkeys(_user_id(u) for u in users)
     run_id = str(run_id) if run_id else None
     return notifications_send_many([NotificationItem(uid, kind, subject, url, dedupe_key, run_id, intent, claim_key)
-                                    for uid in ids], now=now)
+                                    for uid in ids], now=now, mail_more=mail_more)
 
 
-def notifications_send_many(items: Iterable[NotificationItem], *, now: datetime | None = None) -> list[int]:
+def notifications_send_many(items: Iterable[NotificationItem], *, now: datetime | None = None,
+                            mail_more: Callable[[int], str] | None = None) -> list[int]:
     """Insert many notifications in a few multi-row statements, skipping ones already sent."""
     now = now or timezone.now()
     rows = list({(i.user_id, i.dedupe_key[:DEDUPE_MAX]): i for i in items}.items())
@@ -91,15 +97,17 @@ def notifications_send_many(items: Iterable[NotificationItem], *, now: datetime 
                 params)
             inserted += cursor.fetchall()
     if inserted and settings.NOTIFICATIONS_EMAIL:
-        transaction.on_commit(lambda: _mail(inserted))
+        transaction.on_commit(lambda: _mail(inserted, mail_more))
     return [row[0] for row in inserted]
 
 
-def _mail(rows) -> None:
+def _mail(rows, mail_more: Callable[[int], str] | None = None) -> None:
     """One message per new notification to users with an address; a mail failure is logged, never raised."""
     addresses = dict(get_user_model().objects.filter(id__in={r[1] for r in rows}).exclude(email="")
                      .values_list("id", "email"))
-    messages = [EmailMessage(subject=f"[Stateboard] {subject}", body=f"{subject}\n\n{url}\n",
+    messages = [EmailMessage(subject=f"[Stateboard] {subject}",
+                             body=f"{subject}\n\n{public_url(url) if url.startswith('/') else url}\n"
+                                  + (f"\n{mail_more(user_id)}" if mail_more else ""),
                              from_email=settings.DEFAULT_FROM_EMAIL, to=[addresses[user_id]])
                 for _, user_id, subject, url in rows if user_id in addresses]
     if not messages:
@@ -165,4 +173,12 @@ def approval_notify(approval) -> list[int]:
         users=users.values_list("id", flat=True), kind="escalation" if escalation else "approval_pending",
         subject=subject, url=f"{reverse('ledger:approval_list')}#approval-{approval.id}",
         dedupe_key=approval_keys(approval.id)[1 if escalation else 0], run_id=run.id, intent=run.intent,
-        now=approval.created_at)
+        now=approval.created_at, mail_more=lambda user_id: approval_links_text(approval, user_id))
+
+
+def approval_links_text(approval, user_id: int) -> str:
+    """The e-mail's Approve and Reject links for one recipient (SPEC §17), and what they do."""
+    links = "".join(f"{label}: {public_url(path)}\n" for label, path in approval_link_paths(approval, user_id))
+    return (f"{links}\nThese links are yours alone: each opens a page where you confirm, signed in as yourself "
+            f"(a rejection with its reason). They decide once, until the request's deadline "
+            f"({approval.deadline:%Y-%m-%d %H:%M} UTC).\n")

@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from ledger import web
-from ledger.web import agents, alerts, notifications, rollback, sso
+from ledger.web import account, agents, alerts, approval_links, notifications, rollback, sso
 
 app_name = "ledger"
 urlpatterns = [
@@ -15,6 +15,7 @@ urlpatterns = [
     path("approvals/", web.approval_list, name="approval_list"),
     path("approvals/<uuid:approval_id>/approve/", web.approval_approve, name="approval_approve"),
     path("approvals/<uuid:approval_id>/reject/", web.approval_reject, name="approval_reject"),
+    path("approvals/<uuid:approval_id>/email/<str:token>/", approval_links.approval_link, name="approval_link"),
     path("oncall/", web.oncall, name="oncall"),
     path("oncall/preview/", web.oncall_preview, name="oncall_preview"),
     path("oncall/bulk/", web.oncall_bulk, name="oncall_bulk"),
@@ -33,6 +34,7 @@ urlpatterns = [
     path("reports/", web.reports, name="reports"),
     path("workflows/", web.workflow_list, name="workflow_list"),
     path("workflows/<slug:slug>/", web.workflow_detail, name="workflow_detail"),
+    path("account/", account.account, name="account"),
     path("login/sso/", sso.sso_start, name="sso_start"),
     path("login/sso/callback/", sso.sso_callback, name="sso_callback"),
 ]

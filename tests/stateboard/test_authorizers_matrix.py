@@ -9,7 +9,7 @@ from typing import Callable
 
 import pytest
 from django.test import Client
-from django.urls import reverse
+from django.urls import resolve, reverse
 from django.utils import timezone
 
 from knowledge import authorizers as knowledge_authorizers
@@ -121,6 +121,21 @@ def _alert(people):
     return {"alert": alert.id, "slug": workflow.slug}
 
 
+def _mailed_link(people):
+    """An editor's e-mailed Approve link of a pending request (SPEC §17)."""
+    from tests.ledger.web.test_approval_links import link_to
+
+    made = _awaiting(people)
+    return {**made, "path": link_to(made["approval"], people["editor"][0])}
+
+
+def _link(made):
+    from ledger.approval_links import approval_link_read
+
+    kwargs = resolve(made["path"]).kwargs
+    return approval_link_read(kwargs["token"], approval_id=kwargs["approval_id"])
+
+
 def _approval(made):
     return Approval.objects.get(id=made["approval"])
 
@@ -180,6 +195,8 @@ CASES = {
     "reject high_impact": Case(A[L + "may_decide_approval"], _awaiting, _approval, **_decide("reject")),
     "approve escalation": Case(A[L + "may_decide_approval"], _escalated, _approval, **_decide("approve")),
     "reject escalation": Case(A[L + "may_decide_approval"], _escalated, _approval, **_decide("reject")),
+    "use approval link": Case(A[L + "may_use_approval_link"], _mailed_link, _link,
+                              page=lambda c, m: c.post(m["path"], {"reason": "matrix"}, **HX)),
     "retry": Case(A[L + "may_retry"], _escalated, _run, **_oncall("retry")),
     "compensate": Case(A[L + "may_compensate"], _escalated, _run, **_oncall("compensate")),
     "abandon": Case(A[L + "may_abandon"], _escalated, _run, **_oncall("abandon")),

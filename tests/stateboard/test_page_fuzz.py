@@ -73,7 +73,8 @@ def world():
                                  subject="s", summary="fuzz", opened_at=timezone.now(), updated_at=timezone.now())
     return {"alert_id": alert.id, "run_id": escalated["id"], "approval_id": approval["id"], "slug": workflow.slug, "key": claim.key,
             "notification_id": Notification.objects.get(user=owner).id, "prefix": failed["id"][:8],
-            "runs": [failed["id"], escalated["id"]], "owner": owner, "name": make_agent()[0].username}
+            "runs": [failed["id"], escalated["id"]], "owner": owner, "name": make_agent()[0].username,
+            "token": "not-a-signed-link"}
 
 
 def _form_urls(world, client) -> list[str]:

@@ -320,6 +320,13 @@ def _firing_alert(people):
     return {"alert_id": alert.id}, {"reason": "matrix"}
 
 
+def _mailed_link(people):
+    """An editor's e-mailed Approve link of a pending request (SPEC §17): theirs alone."""
+    from tests.ledger.web.test_approval_links import link_to
+
+    return resolve(link_to(_awaiting(people)["approval"], people["editor"][0])).kwargs, {"reason": "matrix"}
+
+
 PAGE_ACTIONS = {
     "ledger:alert_acknowledge": PageAction(_firing_alert, frozenset({"oncall"})),
     "ledger:alert_resolve": PageAction(_firing_alert, frozenset({"oncall"})),
@@ -329,6 +336,7 @@ PAGE_ACTIONS = {
                                           frozenset({"editor"})),
     "ledger:approval_reject": PageAction(lambda p: ({"approval_id": _awaiting(p)["approval"]}, {"reason": "m"}),
                                          frozenset({"editor"})),
+    "ledger:approval_link": PageAction(_mailed_link, frozenset({"editor"})),
     "ledger:oncall_bulk": PageAction(lambda p: ({}, {"action": "abandon", "run": [_escalated(p)["run"]],
                                                      "reason": "matrix"}), frozenset({"oncall"})),
     "ledger:run_retry": PageAction(_run_form(_escalated), frozenset({"oncall"})),

@@ -5,7 +5,8 @@ from stateboard.roles import HUMAN_ROLES
 
 
 class Command(BaseCommand):
-    help = "Create a human user in a role; with --token prints an API token alone on the last line."
+    help = ("Create a human user in a role (and approver groups, --group, repeatable); with --token prints an API "
+            "token alone on the last line.")
 
     def add_arguments(self, parser):
         parser.add_argument("name")
@@ -14,19 +15,24 @@ class Command(BaseCommand):
         parser.add_argument("--token", action="store_true", help="also issue an API token")
         parser.add_argument("--slack-id", metavar="TEAM:USER",
                             help="the Slack user (team id:user id) whose buttons in chat decide as this operator")
+        parser.add_argument("--group", action="append", default=[], metavar="G", dest="groups",
+                            help="an approver group to join (repeatable): group:G in a stage's approvers; no role")
         parser.add_argument("--superuser", action="store_true",
                             help="also make the user a Django superuser (the read-only admin at /admin/)")
 
-    def handle(self, *args, name, role, password=None, token=False, superuser=False, slack_id=None, **options):
+    def handle(self, *args, name, role, password=None, token=False, superuser=False, slack_id=None, groups=(),
+               **options):
         try:
             user, key = operator_create(name=name, role=role, password=password, with_token=token,
-                                        slack_id=slack_id)
+                                        slack_id=slack_id, groups=groups)
         except ValueError as exc:
             raise CommandError(str(exc))
         if superuser:
             user.is_staff = user.is_superuser = True
             user.save(update_fields=["is_staff", "is_superuser"])
+        joined = ", ".join(sorted(user.approver_groups.values_list("name", flat=True)))
         self.stderr.write(f"Operator {name!r} has role {role!r}{' and is a superuser' if superuser else ''}"
-                          f"{f' and is Slack user {slack_id}' if slack_id else ''}.")
+                          f"{f' and is Slack user {slack_id}' if slack_id else ''}"
+                          f"{f' and is in approver groups {joined}' if groups else ''}.")
         if key:
             self.stdout.write(key)
