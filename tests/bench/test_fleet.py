@@ -28,3 +28,14 @@ def test_bench_fleet_steps_agents_and_prints_the_capacity(bench_command):
     assert len(per_request) == 2 and all(float(web) > 0 for web, _ in per_request), stdout
     assert re.search(r"fleet capacity \(append p95 ≤ 50 ms, trigger p95 ≤ 100 ms, lease wait p95 ≤ 1 s, no error\)"
                      r"\s*\| \d+ agents", stdout), stdout
+
+
+def test_bench_fleet_with_the_trace_export_beside_it_runs_each_step_without_then_with_it(bench_command):
+    stdout = bench_command("fleet", "--steps", "4", "--step-seconds", "3", "--tracing", "both", timeout=200)
+    steps = re.findall(r"N=\s*4, tracing (on|off): appends\s+(\d+) .*errors (\d+)", stdout)
+    assert [mode for mode, *_ in steps] == ["off", "on"], stdout
+    assert all(int(appends) > 0 and errors == "0" for _, appends, errors in steps), stdout
+    export = re.search(r"trace export: (\d+) spans in (\d+) requests to the collector, the exporter ([\d.]+) cores", stdout)
+    assert export and float(export.group(3)) > 0, stdout  # the exporter's passes ran (its process spent CPU)
+    for mode in ("off", "on"):
+        assert re.search(rf"fleet capacity with tracing {mode} \(append p95 ≤ 50 ms.*\)\s*\| \d+ agents", stdout), stdout

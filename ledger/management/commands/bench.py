@@ -61,6 +61,9 @@ class Command(BaseCommand):
         parser.add_argument("--steps", default=",".join(map(str, fleet.DEFAULT_STEPS)),
                             help="fleet: the agent counts to step through, comma-separated")
         parser.add_argument("--step-seconds", type=float, default=30.0, help="fleet: seconds measured per step")
+        parser.add_argument("--tracing", choices=fleet.tracing_bench.MODES, default="off",
+                            help="fleet: the trace export (SPEC §16) beside the fleet: off, on, or both (each N "
+                                 "without, then with it)")
         parser.add_argument("--waiters", type=int, default=200, help="longpoll: concurrent waiting leases")
         parser.add_argument("--threads", action="store_true",
                             help="longpoll: each waiter a synchronous client on a thread of its own (else asyncio)")
@@ -90,7 +93,7 @@ class Command(BaseCommand):
                                            calls=options["calls"], wait=options["wait"], threads=options["threads"])
                     else:
                         fleet.run_fleet(out=self.stdout, db_name=options["db_name"], steps=_steps(options["steps"]),
-                                        seconds=options["step_seconds"])
+                                        seconds=options["step_seconds"], tracing=options["tracing"])
                 return
             if options["target"] == "costs":
                 if options["ops"] < 1:

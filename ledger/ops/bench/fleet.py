@@ -20,6 +20,7 @@ connections (one per agent), so it spends little of the CPU it shares with what 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -30,8 +31,19 @@ from urllib.parse import urlsplit
 
 from ledger.identities import agent_create, operator_create
 from ledger.models import Workflow
+from ledger.ops.bench import tracing as tracing_bench
 from ledger.ops.bench.appends import web_server
-from ledger.ops.bench.common import BenchError, Out, Report, Row, loadavg, percentile, raw_connect, verdict
+from ledger.ops.bench.common import (
+    BenchError,
+    Out,
+    Report,
+    Row,
+    database_url,
+    loadavg,
+    percentile,
+    raw_connect,
+    verdict,
+)
 from stateboard.roles import actor_for
 
 FLEET_WORKFLOW = "bench-fleet"
@@ -301,54 +313,88 @@ def _ms(values) -> str:
     return f"{percentile(values, 95):.1f} ms" if values else "—"
 
 
-def run_fleet(*, out, db_name: str, steps=DEFAULT_STEPS, seconds: float = 30.0, warmup: float | None = None) -> Report:
+def run_fleet(*, out, db_name: str, steps=DEFAULT_STEPS, seconds: float = 30.0, warmup: float | None = None,
+              tracing: str = "off") -> Report:
+    """``tracing``: ``off``, ``on`` (the trace export running beside the fleet) or ``both`` (each N without,
+    then with it: ``ledger.ops.bench.tracing``)."""
     say, report = Out(out), Report()
     warmup = min(8.0, seconds / 2) if warmup is None else warmup
     tokens, owner, _ = _setup(max(steps))
-    say(f"bench fleet: steps {', '.join(map(str, steps))} agents, {seconds:.0f} s each after {warmup:.0f} s of warm-up; "
-        f"load {loadavg()}")
-    with web_server(db_name, say, "granian") as base:
+    modes = ("off", "on") if tracing == "both" else (tracing,)
+    say(f"bench fleet: steps {', '.join(map(str, steps))} agents, {seconds:.0f} s each after {warmup:.0f} s of warm-up"
+        f"{', trace export ' + ' then '.join(modes) + ' at each N' if tracing != 'off' else ''}; load {loadavg()}")
+    with web_server(db_name, say, "granian") as base, contextlib.ExitStack() as stack:
+        exporter = collector = None
+        if tracing != "off":
+            collector = stack.enter_context(tracing_bench.Collector())
+            exporter = tracing_bench.Exporter(database_url(db_name), collector.endpoint,
+                                             every=min(tracing_bench.EVERY, seconds / 2))
+            stack.callback(exporter.stop)
+            say(f"trace export: a pass every {exporter.every:g} s to the collector at {collector.endpoint}")
         web_pid = _web_pid(base)
-        best = 0
+        best = dict.fromkeys(modes, 0)
         for n in steps:
-            cpu = Cpu(web_pid, db_name)
-            REQUESTS.clear()
-            cpu.start()
-            generator = time.process_time()
-            step = asyncio.run(_fleet_step(base, tokens[:n], owner, seconds, warmup))
-            web_cores, db_cores = cpu.stop()
-            generator_cores = (time.process_time() - generator) / cpu.elapsed
-            requests = sum(count for kind, count in REQUESTS.items() if kind != "connections")
-            per_request = cpu.elapsed * 1000 / max(requests, 1)
-            web_ms, db_ms = web_cores * per_request, db_cores * per_request
-            errors = sum(step.errors.values())
-            p95 = percentile(step.append_ms, 95) if step.append_ms else float("inf")
-            trigger95 = percentile(step.trigger_ms, 95) if step.trigger_ms else 0.0
-            lease95 = percentile(step.lease_wait_s, 95) if step.lease_wait_s else 0.0
-            ok = (p95 <= APPEND_P95_TARGET_MS and trigger95 <= TRIGGER_P95_TARGET_MS
-                  and lease95 <= LEASE_WAIT_P95_TARGET_S and not errors)
-            best = n if ok else best
-            lease = f"{percentile(step.lease_wait_s, 95):.2f} s" if step.lease_wait_s else "—"
-            say(f"  N={n:>5}: appends {len(step.append_ms):>6} p95 {_ms(step.append_ms):>9}, trigger→decision p95 "
-                f"{_ms(step.trigger_ms):>9}, lease wait p95 (runs queued) {lease}, errors {errors} {step.errors or ''}, "
-                f"web {web_cores:.2f} cores, db {db_cores:.2f} cores")
-            say(f"          {requests / cpu.elapsed:.0f} requests/s ({', '.join(f'{k} {v}' for k, v in sorted(REQUESTS.items()))}); "
-                f"per request: web CPU {web_ms:.2f} ms, database CPU {db_ms:.2f} ms; load generator {generator_cores:.2f} cores")
-            report.add(Row(f"fleet N={n}: append p95", _ms(step.append_ms), target=f"≤ {APPEND_P95_TARGET_MS:.0f} ms",
-                           verdict=verdict(ok)))
-            report.figures[n] = {"append_p95_ms": p95, "trigger_p95_ms": percentile(step.trigger_ms, 95) if step.trigger_ms else None,
-                                 "errors": errors, "web_cores": web_cores, "db_cores": db_cores,
-                                 "web_ms": web_ms, "db_ms": db_ms,
-                                 "lease_wait_p95_s": percentile(step.lease_wait_s, 95) if step.lease_wait_s else None}
+            for mode in modes:
+                if exporter is not None:
+                    exporter.resume(mark_behind=tracing == "both") if mode == "on" else exporter.pause()
+                ok, errors = _step(say, report, base, web_pid, db_name, tokens[:n], owner, seconds, warmup,
+                                   label=f"N={n:>5}" + (f", tracing {mode}" if tracing != "off" else ""),
+                                   exporter=exporter if mode == "on" else None, collector=collector)
+                best[mode] = n if ok else best[mode]
             if not ok and errors:
                 break
-    report.add(Row("fleet capacity (append p95 ≤ 50 ms, trigger p95 ≤ 100 ms, lease wait p95 ≤ 1 s, no error)",
-                   f"{best} agents", target="≥ 500 (aim 1,000)", verdict=verdict(best >= 500)))
-    report.figures["capacity"] = best
+    for mode in modes:
+        label = f" with tracing {mode}" if tracing != "off" else ""
+        report.add(Row(f"fleet capacity{label} (append p95 ≤ 50 ms, trigger p95 ≤ 100 ms, lease wait p95 ≤ 1 s, "
+                       "no error)", f"{best[mode]} agents", target="≥ 500 (aim 1,000)", verdict=verdict(best[mode] >= 500)))
+    report.figures["capacity"] = best[modes[-1]] if tracing != "both" else best["off"]
+    if tracing != "off":
+        report.figures["capacity_by_tracing"] = best
     say("")
     for line in report.table():
         say(line)
     return report
+
+
+def _step(say, report: Report, base: str, web_pid: int, db_name: str, tokens: list[str], owner: str, seconds: float,
+          warmup: float, *, label: str, exporter=None, collector=None) -> tuple[bool, int]:
+    """One step of ``len(tokens)`` agents: its lines printed, its row and figures in ``report``."""
+    cpu = Cpu(web_pid, db_name)
+    REQUESTS.clear()
+    cpu.start()
+    generator = time.process_time()
+    exported = _ticks([exporter.process.pid]) if exporter else {}
+    taken = collector.taken() if collector else (0, 0)
+    step = asyncio.run(_fleet_step(base, tokens, owner, seconds, warmup))
+    web_cores, db_cores = cpu.stop()
+    generator_cores = (time.process_time() - generator) / cpu.elapsed
+    requests = sum(count for kind, count in REQUESTS.items() if kind != "connections")
+    per_request = cpu.elapsed * 1000 / max(requests, 1)
+    web_ms, db_ms = web_cores * per_request, db_cores * per_request
+    errors = sum(step.errors.values())
+    p95 = percentile(step.append_ms, 95) if step.append_ms else float("inf")
+    trigger95 = percentile(step.trigger_ms, 95) if step.trigger_ms else 0.0
+    lease95 = percentile(step.lease_wait_s, 95) if step.lease_wait_s else 0.0
+    ok = (p95 <= APPEND_P95_TARGET_MS and trigger95 <= TRIGGER_P95_TARGET_MS
+          and lease95 <= LEASE_WAIT_P95_TARGET_S and not errors)
+    lease = f"{percentile(step.lease_wait_s, 95):.2f} s" if step.lease_wait_s else "—"
+    say(f"  {label}: appends {len(step.append_ms):>6} p95 {_ms(step.append_ms):>9}, trigger→decision p95 "
+        f"{_ms(step.trigger_ms):>9}, lease wait p95 (runs queued) {lease}, errors {errors} {step.errors or ''}, "
+        f"web {web_cores:.2f} cores, db {db_cores:.2f} cores")
+    say(f"          {requests / cpu.elapsed:.0f} requests/s ({', '.join(f'{k} {v}' for k, v in sorted(REQUESTS.items()))}); "
+        f"per request: web CPU {web_ms:.2f} ms, database CPU {db_ms:.2f} ms; load generator {generator_cores:.2f} cores")
+    if exporter is not None:
+        export_cores = _spent(exported, _ticks([exporter.process.pid])) / cpu.elapsed
+        requests_taken, spans = (a - b for a, b in zip(collector.taken(), taken))
+        say(f"          trace export: {spans} spans in {requests_taken} requests to the collector, the exporter "
+            f"{export_cores:.3f} cores (its database backend is in db)")
+    report.add(Row(f"fleet {label}: append p95", _ms(step.append_ms), target=f"≤ {APPEND_P95_TARGET_MS:.0f} ms",
+                   verdict=verdict(ok)))
+    report.figures[label] = {"append_p95_ms": p95, "trigger_p95_ms": percentile(step.trigger_ms, 95) if step.trigger_ms else None,
+                             "errors": errors, "web_cores": web_cores, "db_cores": db_cores,
+                             "web_ms": web_ms, "db_ms": db_ms,
+                             "lease_wait_p95_s": percentile(step.lease_wait_s, 95) if step.lease_wait_s else None}
+    return ok, errors
 
 
 def _web_pid(base: str) -> int:
