@@ -159,6 +159,13 @@ def _postgres_pids(db_name: str) -> list[int]:
     return [pid for (pid,) in rows]
 
 
+def _machine() -> tuple[int, int]:
+    """The machine's busy and total jiffies so far, all cores (``/proc/stat``; idle and iowait are not busy)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:9]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)
+
+
 class Cpu:
     """Cores used over a window by the web server's processes and by the database server's for the bench."""
 
@@ -166,11 +173,13 @@ class Cpu:
         self.web_pid, self.db_name = web_pid, db_name
 
     def start(self):
-        self.began = time.monotonic()
+        self.began, self.machine0 = time.monotonic(), _machine()
         self.web0, self.db0 = _ticks(_descendants(self.web_pid)), _ticks(_postgres_pids(self.db_name))
 
     def stop(self) -> tuple[float, float]:
         self.elapsed = elapsed = time.monotonic() - self.began
+        busy, total = (after - before for after, before in zip(_machine(), self.machine0))
+        self.machine_busy = busy / total if total else 0.0  # of every core, by anything (the kernel included)
         return (_spent(self.web0, _ticks(_descendants(self.web_pid))) / elapsed,
                 _spent(self.db0, _ticks(_postgres_pids(self.db_name))) / elapsed)
 
@@ -380,7 +389,7 @@ def _step(say, report: Report, base: str, web_pid: int, db_name: str, tokens: li
     lease = f"{percentile(step.lease_wait_s, 95):.2f} s" if step.lease_wait_s else "—"
     say(f"  {label}: appends {len(step.append_ms):>6} p95 {_ms(step.append_ms):>9}, trigger→decision p95 "
         f"{_ms(step.trigger_ms):>9}, lease wait p95 (runs queued) {lease}, errors {errors} {step.errors or ''}, "
-        f"web {web_cores:.2f} cores, db {db_cores:.2f} cores")
+        f"web {web_cores:.2f} cores, db {db_cores:.2f} cores, machine {cpu.machine_busy:.0%} busy")
     say(f"          {requests / cpu.elapsed:.0f} requests/s ({', '.join(f'{k} {v}' for k, v in sorted(REQUESTS.items()))}); "
         f"per request: web CPU {web_ms:.2f} ms, database CPU {db_ms:.2f} ms; load generator {generator_cores:.2f} cores")
     if exporter is not None:
