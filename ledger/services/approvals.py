@@ -9,8 +9,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger import authorizers
-from ledger.domain import recovery
+from ledger.domain import approval_rules, recovery
 from ledger.models import Approval, EventKind, LedgerEvent, Run
+from ledger.services.escalations import request_open
 from ledger.services.notifications import approval_notify
 from ledger.services.oncall import run_abandon, run_retry
 from ledger.services.outbox import EXECUTOR_TASK, outbox_put
@@ -46,14 +47,9 @@ def high_impact_open(writer: RunWriter, *, stage: str, action: dict, cause: str,
                      requested_by: str | None = None) -> Approval:
     """Open a high-impact request on a locked run and move it to ``awaiting_approval`` (no lease expiry
     while a human decides)."""
-    run, now = writer.run, writer.now
-    approval = Approval.objects.create(
-        kind=Approval.Kind.HIGH_IMPACT, run=run, stage=stage, action=action, action_digest=digest(action),
-        policy_version=run.workflow.policy_version, input_fingerprint=run.input_fingerprint,
-        requested_by=requested_by or writer.actor, requested_by_user=user, created_at=now,
-        deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
-    writer.emit(EventKind.APPROVAL_REQUESTED, stage,
-                data={"approval": str(approval.id), "kind": Approval.Kind.HIGH_IMPACT, "action": action})
+    run = writer.run
+    approval = request_open(writer, kind=Approval.Kind.HIGH_IMPACT, stage=stage, action=action,
+                            requested_by=requested_by or writer.actor, user=user)
     if run.state != "awaiting_approval":
         run.current_stage = stage
         writer.transition("awaiting_approval", "approval_requested", cause=cause, approval=str(approval.id))
@@ -97,13 +93,7 @@ def approval_request(*, run_id, kind: str, stage: str, action, actor: str, user=
     if kind == Approval.Kind.HIGH_IMPACT:
         approval = high_impact_open(writer, stage=stage, action=action, cause="approval_requested", user=user)
     else:
-        approval = Approval.objects.create(
-            kind=kind, run=run, stage=stage, action=action, action_digest=digest(action),
-            policy_version=run.workflow.policy_version, input_fingerprint=run.input_fingerprint,
-            requested_by=actor, requested_by_user=user, created_at=now,
-            deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
-        writer.emit(EventKind.APPROVAL_REQUESTED, stage, data={"approval": str(approval.id), "kind": kind,
-                                                               "action": action})
+        approval = request_open(writer, kind=kind, stage=stage, action=action, requested_by=actor, user=user)
         approval_notify(approval)
         writer.renew_lease()
     writer.flush()
@@ -149,8 +139,9 @@ def _decide_escalation(approval: Approval, *, approve: bool, user, reason: str, 
 
 @transaction.atomic
 def approval_decide(*, approval_id, user, approve: bool, reason: str = "", via: str = "") -> Approval:
-    """Approve or reject once. Repeating the same decision changes nothing; a conflicting one is 409.
-    ``via`` names where the person decided when it was not the dashboard or the API (``slack``)."""
+    """Approve (a vote: approved once ``quorum`` distinct approvers voted, SPEC §17) or reject (at once) a pending
+    request. Repeating the same vote or decision changes nothing; a conflicting one is 409. ``via`` names where the
+    person decided when it was not the dashboard or the API (``slack``)."""
     try:
         run_id = Approval.objects.values_list("run_id", flat=True).get(id=approval_id)
     except (Approval.DoesNotExist, ValueError, TypeError, DjangoValidationError):
@@ -174,13 +165,23 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "", via: 
         _decide_escalation(approval, approve=approve, user=user, reason=reason, via=via)
         approval.refresh_from_db()
         return approval
+    writer = RunWriter(run, actor, now)
+    data = {"approval": str(approval.id), "kind": approval.kind, "role": role, "reason": reason,
+            **({"via": via} if via else {})}
+    if approve:
+        if any(vote["by"] == actor for vote in approval.votes):
+            return approval  # the same person approving twice changes nothing
+        approval.votes = [*approval.votes, approval_rules.vote(by=actor, at=now, reason=reason)]
+        data.update(votes=len(approval.votes), quorum=approval.quorum)
+        if len(approval.votes) < approval.quorum:  # SPEC §17: a vote, the request still pending
+            approval.save(update_fields=["votes"])
+            writer.emit(EventKind.APPROVAL_VOTED, approval.stage, reason_code=verb, data=data)
+            writer.flush()
+            return approval
     approval.status, approval.decided_by, approval.decided_role = wanted, actor, role
     approval.reason, approval.decided_at = reason, now
-    approval.save(update_fields=["status", "decided_by", "decided_role", "reason", "decided_at"])
-    writer = RunWriter(run, actor, now)
-    writer.emit(EventKind.APPROVED if approve else EventKind.REJECTED, approval.stage, reason_code=verb,
-                data={"approval": str(approval.id), "kind": approval.kind, "role": role, "reason": reason,
-                      **({"via": via} if via else {})})
+    approval.save(update_fields=["status", "decided_by", "decided_role", "reason", "decided_at", "votes"])
+    writer.emit(EventKind.APPROVED if approve else EventKind.REJECTED, approval.stage, reason_code=verb, data=data)
     executor_stage = run.lease_owner == EXECUTOR and (run.executor_state or {}).get("stage") == approval.stage
     if approve and run.state == "awaiting_approval" and executor_stage:
         # The executor performs the approved action: its task is sent once this commits (SPEC §5.2).
