@@ -54,6 +54,15 @@ def may_decide_approval(user, approval: Approval) -> None:
                                              f"{', '.join(approval.approvers)}.")
 
 
+def may_amend_approval(user, approval: Approval) -> None:
+    """Amend a request's action instead of deciding it (SPEC §17): whoever may decide it; an escalation's
+    action is on-call's retry, compensate or abandon, never amended."""
+    if approval.kind == Approval.Kind.ESCALATION:
+        raise Refused("not_amendable", "An escalation is resolved by on-call's retry, compensate or abandon; "
+                                       "it has no action to amend.")
+    may_decide_approval(user, approval)
+
+
 def _oncall(user) -> None:
     require_person(user, *ONCALL_ROLES, detail=only_roles_may(ONCALL_ROLES, "retry, compensate or abandon runs"))
 
@@ -156,7 +165,8 @@ def may_act_in_bulk(user, action: str) -> None:
 
 # What templates may ask by name (``{% may "retry" run as can_retry %}``), never a role name.
 BY_NAME = {
-    "decide": may_decide_approval, "retry": may_retry, "compensate": may_compensate, "abandon": may_abandon,
+    "decide": may_decide_approval, "amend": may_amend_approval, "retry": may_retry, "compensate": may_compensate,
+    "abandon": may_abandon,
     "rollback": may_rollback, "trigger": may_trigger, "edit_workflow": may_edit_workflow, "save_view": may_save_view,
     "handle_alert": may_handle_alert, "silence_alert": may_silence_alert, "see_fleet": may_see_fleet,
     "revoke_agent": may_revoke_agent,

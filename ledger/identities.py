@@ -8,7 +8,7 @@ from django.db import transaction
 
 from ledger import authorizers
 from ledger.auth import token_issue, token_revoke
-from ledger.models import Agent, ApiToken, SlackIdentity
+from ledger.models import Agent, ApiToken, ApproverGroup, SlackIdentity
 from stateboard.errors import Conflict, NotFound
 from stateboard.roles import AGENT, HUMAN_ROLES
 
@@ -34,11 +34,14 @@ def agent_create(*, name: str, owner=None) -> tuple[Agent, str]:
 
 @transaction.atomic
 def operator_create(*, name: str, role: str, password: str | None = None, with_token: bool = False,
-                    slack_id: str | None = None):
+                    slack_id: str | None = None, groups=()):
     """A human user in one role; returns (user, token or None); no password under ``OIDC_ONLY`` (SPEC §17).
-    An existing user gains the role, and with ``slack_id`` (``TEAM:USER``) decides from Slack's buttons as that Slack user."""
+    An existing user gains the role, and with ``slack_id`` (``TEAM:USER``) decides from Slack's buttons as that Slack user;
+    ``groups``: approver groups they join (``group:<name>`` in a stage's approvers; no role)."""
     if role not in HUMAN_ROLES:
         raise ValueError(f"Unknown role {role!r}; choose one of {', '.join(HUMAN_ROLES)}.")
+    if any(not isinstance(g, str) or not g.strip() or g != g.strip() or len(g) > 200 for g in groups):
+        raise ValueError("An approver group is a name of 1 to 200 characters without surrounding spaces.")
     if password and settings.OIDC_ONLY:
         raise ValueError("OIDC_ONLY is set: people sign in with single sign-on only, so no password is set.")
     User = get_user_model()
@@ -52,6 +55,8 @@ def operator_create(*, name: str, role: str, password: str | None = None, with_t
     user.groups.add(Group.objects.get_or_create(name=role)[0])
     if slack_id:
         slack_identity_set(user=user, slack_id=slack_id)
+    for group in dict.fromkeys(groups):
+        ApproverGroup.objects.get_or_create(name=group)[0].members.add(user)
     return user, (token_issue(user=user) if with_token else None)
 
 

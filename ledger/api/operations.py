@@ -147,6 +147,16 @@ OPS = named({
         "`approvers` (on-call for escalations), never the requester nor an agent.",
         {403: ["requester_cannot_decide", "not_an_approver"], 404: ["approval_not_found", "not_found"],
          409: ["approval_decided", "approval_expired"], 422: ["validation_error", "reason_required"]}),
+    "approvals_amend_create": Op(
+        "Amend a request's action",
+        "Instead of deciding a pending request, an eligible approver amends its `action` (SPEC §17): the new "
+        "action must satisfy the stage's `action_schema` (JSON Schema draft 2020-12; without one, any object), "
+        "`reason` is required. The request is voided (status `expired`, the ledger's `approval_voided` with reason "
+        "`amended`) and the new request answered (201), with `amended_from`, the same approvers and quorum, and "
+        "the amender as its requester (so they cannot approve it). The agent starts the stage with the amended "
+        "action to use its permit. Whoever may decide the request; an escalation has no action to amend.",
+        {403: ["requester_cannot_decide", "not_an_approver", "not_amendable"], 404: ["approval_not_found", "not_found"],
+         409: ["approval_decided", "approval_expired"], 422: ["validation_error", "reason_required", "invalid_action"]}),
     "runs_retry_create": Op(
         "Retry an escalated run",
         "Starts the retry budget afresh and answers the run with its new decision (it is then queued for an "

@@ -3,12 +3,17 @@ when it is opened, whether a person is among a request's approvers, and a vote.
 
 ``approval_rules: {<stage>: {approvers: [...], quorum: N, action_schema?: {...}}}``, for approval stages only;
 an approver is ``user:<name>``, ``group:<name>`` (an approver group, ``ledger.models.ApproverGroup``) or
-``role:editor``. Pure: no models, no database.
+``role:editor``; ``action_schema`` a JSON Schema (draft 2020-12) an amended action must satisfy. Pure: no
+models, no database.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from referencing.exceptions import Unresolvable
 
 DEFAULT_APPROVERS = ("role:editor",)
 ESCALATION_APPROVERS = ("role:oncall",)  # what an escalation request shows: on-call decides it (unchanged)
@@ -18,6 +23,10 @@ NAME_MAX = 200
 FIELDS = ("approvers", "quorum", "action_schema")
 PREFIXES = ("user:", "group:")
 ROLE_APPROVERS = ("role:editor",)
+
+
+def default_approvers() -> list[str]:
+    return list(DEFAULT_APPROVERS)
 
 
 class RulesInvalid(ValueError):
@@ -106,3 +115,35 @@ def users_named(approvers) -> set[str]:
 def vote(*, by: str, at: datetime, reason: str) -> dict:
     """One approving vote as a request keeps it (and as its ledger event rebuilds it)."""
     return {"by": str(by), "at": at.isoformat(), "reason": reason}
+
+
+def schema_problem(schema) -> str | None:
+    """Why ``schema`` is not a JSON Schema (draft 2020-12) for an action, or None."""
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return f"not a JSON Schema (draft 2020-12): {exc.message}"
+    if schema.get("type", "object") not in ("object", ["object"]):
+        return "an action is a JSON object: the schema's type, when given, is \"object\"."
+    try:  # a $ref at the top that leads nowhere (nothing is ever fetched)
+        list(Draft202012Validator(schema).iter_errors({}))
+    except Unresolvable as exc:
+        return f"it names what it cannot resolve ({exc})."
+    return None
+
+
+def action_problem(schema, action) -> str | None:
+    """Why ``action`` does not satisfy the stage's ``schema`` (without one: why it is not an object), or None."""
+    if not isinstance(action, dict):
+        return "action must be a JSON object."
+    if schema is None:
+        return None
+    try:
+        errors = sorted(Draft202012Validator(schema).iter_errors(action), key=lambda e: list(e.absolute_path))
+    except Unresolvable as exc:
+        return f"the stage's action_schema names what it cannot resolve ({exc})."
+    if not errors:
+        return None
+    first = errors[0]
+    where = "/".join(str(part) for part in first.absolute_path)
+    return f"action{'.' + where.replace('/', '.') if where else ''}: {first.message}"

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import JSONField, Q, Value
 
-from ledger.domain.approval_rules import DEFAULT_APPROVERS, QUORUM_MAX
+from ledger.domain.approval_rules import QUORUM_MAX, default_approvers
 from ledger.domain.kinds import EventKind
 from ledger.domain.machine import HOLDING_STATES, ONCALL_ACTIONS, ONCALL_STATES, TERMINAL_STATES, RunState
 from stateboard.db import NoTruncate
@@ -29,10 +29,6 @@ def default_effect_stages():
 
 def default_approval_stages():
     return list(DEFAULT_APPROVAL_STAGES)
-
-
-def default_approvers():
-    return list(DEFAULT_APPROVERS)
 
 
 def append_only_triggers():
@@ -405,8 +401,7 @@ class Approval(models.Model):
     approvers = models.JSONField(default=default_approvers)
     quorum = models.PositiveSmallIntegerField(default=1)
     votes = models.JSONField(default=list, blank=True)  # [{by, at, reason}], oldest first
-    amended_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT,
-                                     related_name="amendments")
+    amended_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.RESTRICT, related_name="amendments")
 
     class Meta:
         ordering = ["-created_at"]

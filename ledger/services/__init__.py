@@ -8,6 +8,7 @@ from ledger.services.alerts import alert_acknowledge, alert_resolve, alerts_eval
 from ledger.services.apply import file_form, file_parse, outcome_lines, workflows_apply
 from ledger.services.approvals import (
     action_validate,
+    approval_amend,
     approval_decide,
     approval_request,
     approvals_expire,
@@ -71,7 +72,8 @@ from stateboard.moments import parse_moment
 __all__ = [
     "alert_acknowledge", "alert_resolve", "alert_send", "alerts_evaluate", "deliveries_of", "silence_end",
     "silence_set", "CHECKPOINT_FIELDS", "CHECKPOINT_MAX_BYTES", "GENESIS_HASH", "SUMMARY_MAX_CHARS", "RunWriter",
-    "action_validate", "approval_decide", "approval_request", "approvals_expire", "audit_record", "refusal_audit", "chain_verify",
+    "action_validate", "approval_amend",
+    "approval_decide", "approval_request", "approvals_expire", "audit_record", "refusal_audit", "chain_verify",
     "chat_deliver", "slack_signatures_prune", "checkpoint_save", "checkpoint_validate", "checkpoints_prune",
     "compensation_plan", "effect_key_default", "event_append", "events_append", "event_compute_hash",
     "event_hash_fields", "goal_create", "goals_of", "input_fingerprint", "oncall_refusal", "retry_input",

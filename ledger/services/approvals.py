@@ -11,7 +11,7 @@ from django.utils import timezone
 from ledger import authorizers
 from ledger.domain import approval_rules, recovery
 from ledger.models import Approval, EventKind, LedgerEvent, Run
-from ledger.services.escalations import request_open
+from ledger.services.escalations import approvals_void, request_open
 from ledger.services.notifications import approval_notify
 from ledger.services.oncall import run_abandon, run_retry
 from ledger.services.outbox import EXECUTOR_TASK, outbox_put
@@ -137,18 +137,57 @@ def _decide_escalation(approval: Approval, *, approve: bool, user, reason: str, 
         run_abandon(run_id=approval.run_id, user=user, reason=reason, via=via)
 
 
+def _approval_locked(approval_id) -> tuple[Run, Approval]:
+    """The request and its run, both locked (the run first, as every writer of the run takes them)."""
+    try:
+        run_id = Approval.objects.values_list("run_id", flat=True).get(id=approval_id)
+    except (Approval.DoesNotExist, ValueError, TypeError, DjangoValidationError):
+        raise NotFound("approval_not_found", f"No approval with id {approval_id}.")
+    _, run = workflow_and_run_lock(run_id)
+    return run, Approval.objects.select_for_update().get(id=approval_id)
+
+
+@transaction.atomic
+def approval_amend(*, approval_id, user, action, reason: str) -> Approval:
+    """An approver amends a pending request instead of deciding it (SPEC §17): the new ``action`` satisfies the
+    stage's ``action_schema`` (422 ``invalid_action``); the request is voided (``approval_voided``, reason
+    ``amended``) and a new one opened for the amended action with the same approvers and quorum, ``amended_from``
+    it, and the amender as its requester (so they cannot approve it)."""
+    run, approval = _approval_locked(approval_id)
+    authorizers.may_amend_approval(user, approval)
+    if approval.status != "pending":
+        raise Conflict("approval_decided", f"This request is already {approval.status}.", status=approval.status)
+    if not isinstance(reason, str) or not reason.strip():
+        raise Invalid("reason_required", "An amendment needs a reason.")
+    now = timezone.now()
+    if now > approval.deadline:
+        raise Conflict("approval_expired", "The decision deadline has passed; the request expired.")
+    problem = approval_rules.action_problem(approval_rules.action_schema_of(run.workflow.approval_rules,
+                                                                            approval.stage), action)
+    executor_stage = run.lease_owner == EXECUTOR and (run.executor_state or {}).get("stage") == approval.stage
+    if problem is None and executor_stage:  # Stateboard's executor performs it: its handler's action shape too
+        action = action_validate(action, params=True)
+    if problem is not None:
+        raise Invalid("invalid_action", problem)
+    actor = actor_for(user)
+    writer = RunWriter(run, actor, now)
+    approvals_void(writer, Approval.objects.filter(id=approval.id), reason="amended")
+    amended = request_open(writer, kind=approval.kind, stage=approval.stage, action=action, requested_by=actor,
+                           user=user, data={"reason": reason.strip()}, amended_from=approval)
+    if executor_stage:
+        run.executor_state = {**run.executor_state, "action": action}
+    approval_notify(amended)
+    writer.flush()
+    return amended
+
+
 @transaction.atomic
 def approval_decide(*, approval_id, user, approve: bool, reason: str = "", via: str = "") -> Approval:
     """Approve (a vote: approved once ``quorum`` distinct approvers voted, SPEC §17) or reject (at once) a pending
     request. Repeating the same vote or decision changes nothing; a conflicting one is 409. ``via`` names where the
     person decided when it was not the dashboard or the API (``slack``)."""
-    try:
-        run_id = Approval.objects.values_list("run_id", flat=True).get(id=approval_id)
-    except (Approval.DoesNotExist, ValueError, TypeError, DjangoValidationError):
-        raise NotFound("approval_not_found", f"No approval with id {approval_id}.")
+    run, approval = _approval_locked(approval_id)
     actor, verb = actor_for(user), ("approve" if approve else "reject")
-    _, run = workflow_and_run_lock(run_id)
-    approval = Approval.objects.select_for_update().get(id=approval_id)
     authorizers.may_decide_approval(user, approval)
     role = acting_role(user, set(authorizers.deciding_roles(approval)))
     wanted = "approved" if approve else "rejected"

@@ -16,9 +16,11 @@ def request_open(writer: RunWriter, *, kind: str, stage: str, action: dict, requ
                  data: dict | None = None, amended_from: Approval | None = None) -> Approval:
     """A high-impact or compensation request on ``writer``'s (locked) run, with its ``approval_requested`` event.
     It keeps the approvers and quorum of ``stage``'s ``approval_rules`` in force now (SPEC §17: a compensation
-    follows the rules of the stage it compensates); ``data``: more of the event's data (``role``)."""
+    follows the rules of the stage it compensates), or those of the request it amends (``amended_from``);
+    ``data``: more of the event's data (``role``, ``reason``)."""
     run, now = writer.run, writer.now
-    approvers, quorum = rules_for(run.workflow.approval_rules, stage)
+    approvers, quorum = (amended_from.approvers, amended_from.quorum) if amended_from is not None \
+        else rules_for(run.workflow.approval_rules, stage)
     approval = Approval.objects.create(
         kind=kind, run=run, stage=stage, action=action, action_digest=digest(action),
         policy_version=run.workflow.policy_version, input_fingerprint=run.input_fingerprint,

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 
 from ledger import authorizers
 from ledger.domain.alerts import alerts_problem
-from ledger.domain.approval_rules import RulesInvalid, rules_checked
+from ledger.domain.approval_rules import RulesInvalid, rules_checked, schema_problem
 from ledger.executor import HandlerConfigError, handler_for
 from ledger.models import Workflow
 from ledger.schedules import periodic_tasks_ensure, schedule_problem
@@ -137,7 +137,8 @@ def _alerts_validate(workflow: Workflow) -> None:
 def _approval_rules_validate(workflow: Workflow) -> None:
     """SPEC §17: 422 ``invalid_approval_rules`` naming the stage and the field (after the stages it reads)."""
     try:
-        rules_checked(workflow.approval_rules, stages=workflow.stages, approval_stages=workflow.approval_stages)
+        rules_checked(workflow.approval_rules, stages=workflow.stages, approval_stages=workflow.approval_stages,
+                      schema_problem=schema_problem)
     except RulesInvalid as invalid:
         detail = f"approval_rules[{invalid.stage}].{invalid.field}: {invalid.message}" if invalid.stage \
             else invalid.message

@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from ledger import web
-from ledger.web import agents, alerts, notifications, rollback, sso
+from ledger.web import agents, alerts, amend, notifications, rollback, sso
 
 app_name = "ledger"
 urlpatterns = [
@@ -15,6 +15,7 @@ urlpatterns = [
     path("approvals/", web.approval_list, name="approval_list"),
     path("approvals/<uuid:approval_id>/approve/", web.approval_approve, name="approval_approve"),
     path("approvals/<uuid:approval_id>/reject/", web.approval_reject, name="approval_reject"),
+    path("approvals/<uuid:approval_id>/amend/", amend.approval_amend, name="approval_amend"),
     path("oncall/", web.oncall, name="oncall"),
     path("oncall/preview/", web.oncall_preview, name="oncall_preview"),
     path("oncall/bulk/", web.oncall_bulk, name="oncall_bulk"),
