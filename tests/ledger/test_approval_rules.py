@@ -321,3 +321,41 @@ def test_slack_votes_follow_the_rules_and_an_outsider_is_refused(chat):  # noqa:
     approval.refresh_from_db()
     assert approval.status == "approved" and [v["by"] for v in approval.votes] == ["user:ed", "user:ed2"]
     assert "Approved by user:ed2 via Slack" in reply_of(chat, "/second")["text"]
+
+
+@pytest.mark.django_db
+def test_a_request_notifies_the_editors_its_approvers_name():
+    from ledger.models import Notification
+
+    crew = Crew(approval_rules={"deploy": {"approvers": ["user:crew-x", "group:release"]}})
+    named = operator_create(name="crew-x", role="editor")[0]
+    member = make_operator("editor")[0]
+    ApproverGroup.objects.create(name="release").members.add(member, crew.viewer)
+    asked = crew.request(crew.to_deploy())
+    notified = Notification.objects.filter(dedupe_key=f"approval:{asked['id']}")
+    assert sorted(notified.values_list("user__username", flat=True)) == sorted([named.username, member.username])
+    other = Crew()  # role:editor: every editor, as before
+    default = other.request(other.to_deploy())
+    everyone = Notification.objects.filter(dedupe_key=f"approval:{default['id']}").values_list("user_id", flat=True)
+    assert {crew.editor.pk, crew.editor2.pk, other.editor.pk, named.pk, member.pk} <= set(everyone)
+
+
+@pytest.mark.django_db
+def test_the_migration_fills_earlier_requests_as_an_import_rebuilds_them():
+    """0030_approval_rules: an earlier approved request's one vote is its approved event; an escalation's
+    approvers are on-call's."""
+    import importlib
+
+    from django.apps import apps
+
+    backfill = importlib.import_module("ledger.migrations.0030_approval_rules").rules_and_votes_backfill
+    crew = Crew(max_retries=1)
+    approved = crew.request(crew.to_deploy())
+    crew.decide(approved["id"], reason="ship it")
+    escalation = Approval.objects.get(run_id=crew.agent.escalated_run(stage="build", intent="other")["id"],
+                                      kind="escalation")
+    expected = {str(a.id): (a.votes, a.approvers) for a in Approval.objects.all()}
+    assert expected[str(escalation.id)] == ([], ["role:oncall"]) and len(expected[approved["id"]][0]) == 1
+    Approval.objects.update(votes=[], approvers=["role:editor"])  # as the columns' defaults left them
+    backfill(apps, None)
+    assert {str(a.id): (a.votes, a.approvers) for a in Approval.objects.all()} == expected
