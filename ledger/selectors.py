@@ -329,7 +329,7 @@ DECIDERS_SHOWN = 20
 def approval_deciders(*, approvals) -> dict:
     """Per pending request (escalations apart): who may still decide it (SPEC §17) — ``any_editor`` when its
     approvers hold ``role:editor``, else the editors they name (by name or approver group) — less who voted and
-    the requester, and how many approvals it still needs. One read whatever the number of requests."""
+    the requester. One read whatever the number of requests."""
     pending = [a for a in approvals if a.status == "pending" and a.kind != Approval.Kind.ESCALATION]
     users = set().union(*(users_named(a.approvers) for a in pending))
     groups = set().union(*(groups_named(a.approvers) for a in pending))
@@ -345,8 +345,7 @@ def approval_deciders(*, approvals) -> dict:
         names = sorted(name for name, in_groups in groups_of.items() if f"user:{name}" not in gone
                        and (name in named or in_groups & wanted))
         deciders[approval.id] = {"any_editor": "role:editor" in approval.approvers, "names": names[:DECIDERS_SHOWN],
-                                 "more": max(0, len(names) - DECIDERS_SHOWN),
-                                 "needed": max(0, approval.quorum - len(approval.votes))}
+                                 "more": max(0, len(names) - DECIDERS_SHOWN)}
     return deciders
 
 
