@@ -8,7 +8,14 @@ from collections import defaultdict
 
 from django.utils import timezone
 
-from ledger.domain.approval_rules import DEFAULT_APPROVERS, ESCALATION_APPROVERS, vote
+from ledger.domain.approval_rules import (
+    DEFAULT_APPROVERS,
+    ESCALATION_APPROVERS,
+    RulesInvalid,
+    rules_checked,
+    schema_problem,
+    vote,
+)
 from ledger.domain.kinds import APPROVAL_STATUS_KINDS
 from ledger.domain.projection import effects_replay, run_replay
 from ledger.domain.usage import UsageInvalid, budget_checked, usage_checked
@@ -36,6 +43,7 @@ def verify(rows: dict, *, identities: bool) -> None:
         _chain(found)
     for number, workflow, _ in rows.get("workflow", []):
         _budget(number, workflow)
+        _approval_rules(number, workflow)
     goal_versions = defaultdict(list)
     for _, goal, _ in rows.get("goal", []):
         goal_versions[(goal.workflow_id, goal.intent)].append(goal.version)
@@ -76,6 +84,15 @@ def _budget(number: int, workflow) -> None:
         budget_checked(workflow.budget)
     except UsageInvalid as exc:
         _refuse(number, "workflow", "budget", workflow.budget, f"a budget ({exc})")
+
+
+def _approval_rules(number: int, workflow) -> None:
+    """SPEC §17: rules the API would refuse never come in (a request would take them)."""
+    try:
+        rules_checked(workflow.approval_rules, stages=workflow.stages, approval_stages=workflow.approval_stages,
+                      schema_problem=schema_problem)
+    except (RulesInvalid, TypeError) as exc:
+        _refuse(number, "workflow", "approval_rules", workflow.approval_rules, f"approval rules ({exc})")
 
 
 def _run_fields(number: int, run, events: list, workflow, goal_versions: list) -> None:

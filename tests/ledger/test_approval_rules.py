@@ -359,3 +359,14 @@ def test_the_migration_fills_earlier_requests_as_an_import_rebuilds_them():
     Approval.objects.update(votes=[], approvers=["role:editor"])  # as the columns' defaults left them
     backfill(apps, None)
     assert {str(a.id): (a.votes, a.approvers) for a in Approval.objects.all()} == expected
+
+
+@pytest.mark.postgres  # (the wipe goes around PostgreSQL's triggers)
+@pytest.mark.django_db
+def test_an_import_refuses_rules_the_api_would_refuse(tmp_path):
+    Crew(approval_rules=QUORUM_2)
+    lines = _lines(_export())[:-1]
+    next(line for line in lines if line["type"] == "workflow")["approval_rules"] = {"deploy": {"quorum": 7}}
+    _wipe()
+    with pytest.raises(CommandError, match="approval_rules"):
+        _import(tmp_path, _signed(lines))
