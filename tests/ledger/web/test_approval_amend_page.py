@@ -107,3 +107,13 @@ def test_only_the_requests_approvers_amend():
         assert 'data-action="amend"' not in texts(client.get(reverse("ledger:approval_list")))
     assert page_client(alice).get(_url(approval)).status_code == 200
     assert Approval.objects.count() == 1
+
+
+def test_a_decided_request_has_nothing_to_amend():
+    approval = _awaiting()
+    editor = page_client(make_operator("editor")[0])
+    Approval.objects.filter(id=approval["id"]).update(status="rejected")
+    html = texts(editor.get(_url(approval)))
+    assert "data-not-pending" in html and 'data-action="amend"' not in html
+    refused = editor.post(_url(approval), {"field_system": "k8s", "reason": "r"}, **HX)
+    assert refused.status_code == 409 and "already rejected" in texts(refused)
