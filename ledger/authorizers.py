@@ -5,6 +5,7 @@ Endpoints name these in their policy (``stateboard.policy``), templates ask them
 and has the last word. The role vocabulary is ``stateboard.roles``.
 """
 
+from ledger.domain.approval_rules import approvers_match, groups_named
 from ledger.models import Approval
 from stateboard.errors import Invalid, Refused
 from stateboard.roles import (
@@ -29,13 +30,37 @@ def deciding_roles(approval: Approval) -> tuple[str, ...]:
     return (ONCALL,) if approval.kind == Approval.Kind.ESCALATION else (EDITOR,)
 
 
+def approver_groups_of(user) -> frozenset[str]:
+    """The approver groups (SPEC §17) a person is in, read once per request (kept on the user object)."""
+    cached = getattr(user, "_stateboard_approver_groups", None)
+    if cached is None:
+        cached = frozenset(user.approver_groups.values_list("name", flat=True)) if user.pk else frozenset()
+        user._stateboard_approver_groups = cached
+    return cached
+
+
 def may_decide_approval(user, approval: Approval) -> None:
-    """Approve or reject: a person in the deciding role who did not make the request."""
+    """Approve or reject: a person in the deciding role who did not make the request and, but for an escalation,
+    is among the approvers the request took from its stage's ``approval_rules`` (SPEC §17)."""
     roles = deciding_roles(approval)
     require_person(user, *roles, detail=only_roles_may(
         roles, f"approve or reject {approval.get_kind_display()} requests (agents never decide)"))
     if approval.requested_by_user_id is not None and approval.requested_by_user_id == user.pk:
         raise Refused("requester_cannot_decide", "The requester cannot decide their own request.")
+    if approval.kind != Approval.Kind.ESCALATION:
+        groups = approver_groups_of(user) if groups_named(approval.approvers) else frozenset()
+        if not approvers_match(approval.approvers, username=user.get_username(), groups=groups):
+            raise Refused("not_an_approver", "Only the request's approvers may decide it: "
+                                             f"{', '.join(approval.approvers)}.")
+
+
+def may_amend_approval(user, approval: Approval) -> None:
+    """Amend a request's action instead of deciding it (SPEC §17): whoever may decide it; an escalation's
+    action is on-call's retry, compensate or abandon, never amended."""
+    if approval.kind == Approval.Kind.ESCALATION:
+        raise Refused("not_amendable", "An escalation is resolved by on-call's retry, compensate or abandon; "
+                                       "it has no action to amend.")
+    may_decide_approval(user, approval)
 
 
 def _oncall(user) -> None:
@@ -149,7 +174,8 @@ def may_act_in_bulk(user, action: str) -> None:
 
 # What templates may ask by name (``{% may "retry" run as can_retry %}``), never a role name.
 BY_NAME = {
-    "decide": may_decide_approval, "retry": may_retry, "compensate": may_compensate, "abandon": may_abandon,
+    "decide": may_decide_approval, "amend": may_amend_approval, "retry": may_retry, "compensate": may_compensate,
+    "abandon": may_abandon,
     "rollback": may_rollback, "trigger": may_trigger, "edit_workflow": may_edit_workflow, "save_view": may_save_view,
     "handle_alert": may_handle_alert, "silence_alert": may_silence_alert, "see_fleet": may_see_fleet,
     "revoke_agent": may_revoke_agent,

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from ledger.domain import projection
 from ledger.domain.alerts import OPEN_STATES
+from ledger.domain.approval_rules import groups_named, users_named
 from ledger.domain.effects import HELD
 from ledger.domain.kinds import STAGE_OUTCOME_KINDS
 from ledger.domain.machine import INTENT_HOLDING_STATES, ONCALL_STATES
@@ -17,6 +18,7 @@ from ledger.filters import OncallRunFilter, RunFilter, id_prefix_q
 from ledger.models import Alert, Approval, AuditEntry, Checkpoint, Effect, LedgerEvent, Notification, Run, Workflow
 from ledger.store import store
 from ledger.store.reads import Reads
+from stateboard.roles import EDITOR, users_in_role
 
 
 def event_is_verified(*, event_id: int) -> bool:
@@ -319,6 +321,32 @@ def approval_packs(*, approvals) -> dict:
         packs[approval.id] = {"effects": effects.get(run.id, []), "evidence": evidence.get(run.id, []),
                               "previous": prior}
     return packs
+
+
+DECIDERS_SHOWN = 20
+
+
+def approval_deciders(*, approvals) -> dict:
+    """Per pending request (escalations apart): who may still decide it (SPEC §17) — ``any_editor`` when its
+    approvers hold ``role:editor``, else the editors they name (by name or approver group) — less who voted and
+    the requester. One read whatever the number of requests."""
+    pending = [a for a in approvals if a.status == "pending" and a.kind != Approval.Kind.ESCALATION]
+    users = set().union(*(users_named(a.approvers) for a in pending))
+    groups = set().union(*(groups_named(a.approvers) for a in pending))
+    groups_of: dict = {}
+    if users or groups:
+        editors = users_in_role(EDITOR).filter(Q(username__in=users) | Q(approver_groups__name__in=groups))
+        for username, group in editors.values_list("username", "approver_groups__name"):
+            groups_of.setdefault(username, set()).add(group)
+    deciders = {}
+    for approval in pending:
+        gone = {vote["by"] for vote in approval.votes} | {approval.requested_by}
+        named, wanted = users_named(approval.approvers), groups_named(approval.approvers)
+        names = sorted(name for name, in_groups in groups_of.items() if f"user:{name}" not in gone
+                       and (name in named or in_groups & wanted))
+        deciders[approval.id] = {"any_editor": "role:editor" in approval.approvers, "names": names[:DECIDERS_SHOWN],
+                                 "more": max(0, len(names) - DECIDERS_SHOWN)}
+    return deciders
 
 
 def policy_history(*, workflow, limit: int = 50):

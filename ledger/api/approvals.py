@@ -100,3 +100,26 @@ class ApprovalRejectApi(_ApprovalDecisionApi):
     @operation(OPS["approvals_reject_create"], request=ReasonInputSerializer, responses={200: ApprovalOutputSerializer})
     def post(self, request, approval_id):
         return self._decide(request, approval_id)
+
+
+class ApprovalAmendInputSerializer(serializers.Serializer):
+    action = serializers.JSONField(help_text="the amended action: it satisfies the stage's action_schema (without "
+                                             "one, any object)")
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="",
+                                   help_text="why (required): kept with the voided request and the new one")
+
+
+class ApprovalAmendApi(PolicyApi):
+    """SPEC §17: an eligible approver amends a pending request instead of deciding it."""
+
+    policy = {"POST": Policy(roles=ANY, authorizer=authorizers.may_amend_approval, subject=approval_of_path,
+                             audit="amend", audit_all=True)}
+
+    @operation(OPS["approvals_amend_create"], request=ApprovalAmendInputSerializer,
+               responses={201: ApprovalOutputSerializer})
+    def post(self, request, approval_id):
+        data = validated(ApprovalAmendInputSerializer, body_of(request))
+        amended = services.approval_amend(approval_id=approval_id, user=request.user, action=data["action"],
+                                          reason=data["reason"])
+        return Response(ApprovalOutputSerializer(selectors.approval_get(approval_id=amended.id)).data,
+                        status=status.HTTP_201_CREATED)

@@ -21,7 +21,8 @@ OPS = named({
         "Create a workflow",
         "A new workflow definition (stages, effect and approval stages, durations, schedule, executors, "
         "knowledge scope). Owners only. Every duration is an integer from 1 to 31,536,000 seconds.",
-        {409: ["workflow_exists"], 422: ["validation_error", "invalid_schedule", "invalid_budget"]}),
+        {409: ["workflow_exists"], 422: ["validation_error", "invalid_schedule", "invalid_budget",
+                                          "invalid_approval_rules"]}),
     "workflows_retrieve": Op(
         "Read a workflow",
         "One workflow definition. Any signed-in identity; `executors` is shown to owners only.",
@@ -33,7 +34,7 @@ OPS = named({
         "needs a different `policy_version` (an executor's `config` does not). Owners only.",
         {404: ["workflow_not_found"], 409: ["policy_version_required"],
          422: ["validation_error", "invalid_schedule", "invalid_executors", "secret_env_not_allowed",
-               "invalid_knowledge_scope", "invalid_alert", "invalid_budget"]}),
+               "invalid_knowledge_scope", "invalid_alert", "invalid_budget", "invalid_approval_rules"]}),
     "workflows_apply_create": Op(
         "Apply workflow definitions",
         "Workflows as code (SPEC §12.2), the same apply as `manage.py apply`: makes the workflows match the whole "
@@ -46,7 +47,8 @@ OPS = named({
         "audited with its changes, refusals too. Owners only.",
         {409: ["policy_version_required", "workflow_exists"],
          422: ["validation_error", "invalid_schedule", "invalid_executors", "secret_env_not_allowed",
-               "invalid_knowledge_scope", "unknown_owner", "invalid_alert", "invalid_budget"]}),
+               "invalid_knowledge_scope", "unknown_owner", "invalid_alert", "invalid_budget",
+               "invalid_approval_rules"]}),
     "runs_list": Op(
         "List runs",
         "Runs newest first, cursor paginated, filtered by `workflow`, `state`, `intent`, `created_after`, "
@@ -133,16 +135,28 @@ OPS = named({
         "Approval requests newest first, filtered by `status`, `kind`, `run`. Any signed-in identity.", LIST_400),
     "approvals_approve_create": Op(
         "Approve a request",
-        "Approves a pending request: a single-use permit for exactly its action. Editors (on-call for "
-        "escalations), never the requester nor an agent; approving an approved request again answers 200.",
-        {403: ["requester_cannot_decide"], 404: ["approval_not_found", "not_found"],
+        "Adds the caller's vote (with the optional `reason`) to a pending request; once `quorum` distinct "
+        "approvers voted it is approved: a single-use permit for exactly its action. Editors among the request's "
+        "`approvers` (on-call for escalations), never the requester nor an agent; a second vote by the same "
+        "person, or approving an approved request again, changes nothing and answers 200.",
+        {403: ["requester_cannot_decide", "not_an_approver"], 404: ["approval_not_found", "not_found"],
          409: ["approval_decided", "approval_expired"], 422: ["validation_error"]}),
     "approvals_reject_create": Op(
         "Reject a request",
-        "Rejects a pending request; `reason` is required. Editors (on-call for escalations), never the "
-        "requester nor an agent.",
-        {403: ["requester_cannot_decide"], 404: ["approval_not_found", "not_found"],
+        "Rejects a pending request, whatever votes it has; `reason` is required. Editors among the request's "
+        "`approvers` (on-call for escalations), never the requester nor an agent.",
+        {403: ["requester_cannot_decide", "not_an_approver"], 404: ["approval_not_found", "not_found"],
          409: ["approval_decided", "approval_expired"], 422: ["validation_error", "reason_required"]}),
+    "approvals_amend_create": Op(
+        "Amend a request's action",
+        "Instead of deciding a pending request, an eligible approver amends its `action` (SPEC §17): the new "
+        "action must satisfy the stage's `action_schema` (JSON Schema draft 2020-12; without one, any object), "
+        "`reason` is required. The request is voided (status `expired`, the ledger's `approval_voided` with reason "
+        "`amended`) and the new request answered (201), with `amended_from`, the same approvers and quorum, and "
+        "the amender as its requester (so they cannot approve it). The agent starts the stage with the amended "
+        "action to use its permit. Whoever may decide the request; an escalation has no action to amend.",
+        {403: ["requester_cannot_decide", "not_an_approver", "not_amendable"], 404: ["approval_not_found", "not_found"],
+         409: ["approval_decided", "approval_expired"], 422: ["validation_error", "reason_required", "invalid_action"]}),
     "runs_retry_create": Op(
         "Retry an escalated run",
         "Starts the retry budget afresh and answers the run with its new decision (it is then queued for an "

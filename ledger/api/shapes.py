@@ -5,6 +5,7 @@ field by field through DRF; ``tests/ledger/test_output_shapes.py`` holds them eq
 from datetime import timezone as dt_timezone
 
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
 from ledger.authorizers import sees_executors
@@ -23,7 +24,7 @@ class WorkflowOutputSerializer(serializers.ModelSerializer):
         fields = ["slug", "title", "stages", "effect_stages", "approval_stages", "policy_version",
                   "max_retries", "lease_seconds", "checkpoint_ttl_seconds", "approval_ttl_seconds",
                   "schedule", "schedule_intent", "schedule_inputs", "executors", "knowledge_scope",
-                  "agents", "alerts", "budget", "owner", "created_at", "updated_at"]
+                  "agents", "alerts", "budget", "approval_rules", "owner", "created_at", "updated_at"]
 
     def get_schedule_intent(self, workflow) -> str:
         return workflow.schedule_intent or workflow.slug
@@ -46,14 +47,30 @@ class EffectOutputSerializer(serializers.ModelSerializer):
                   "created_at", "updated_at"]
 
 
+class VoteOutputSerializer(serializers.Serializer):
+    """One approving vote (SPEC §17): who, when, with their reason."""
+
+    by = serializers.CharField()
+    at = serializers.DateTimeField()
+    reason = serializers.CharField(allow_blank=True)
+
+    def to_representation(self, vote):
+        return {"by": vote["by"], "at": _drf_datetime(parse_datetime(vote["at"])), "reason": vote.get("reason", "")}
+
+
 class ApprovalOutputSerializer(serializers.ModelSerializer):
     workflow = serializers.CharField(source="run.workflow.slug", read_only=True)
+    votes = VoteOutputSerializer(many=True, read_only=True, help_text="the approving votes, oldest first")
+    approvers = serializers.ListField(child=serializers.CharField(), read_only=True,
+                                      help_text="who may decide: user:<name>, group:<name>, role:editor (role:oncall "
+                                                "for an escalation), as the stage's rules were when requested")
 
     class Meta:
         model = Approval
         fields = ["id", "kind", "run", "workflow", "stage", "action", "action_digest", "policy_version",
                   "input_fingerprint", "status", "requested_by", "decided_by", "decided_role", "reason",
-                  "created_at", "deadline", "decided_at", "consumed_at", "consumed_seq"]
+                  "created_at", "deadline", "decided_at", "consumed_at", "consumed_seq", "approvers", "quorum",
+                  "votes", "amended_from"]
 
 
 class RunOutputSerializer(serializers.ModelSerializer):

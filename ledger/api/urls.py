@@ -37,6 +37,7 @@ urlpatterns = [
     path("approvals/", approvals.ApprovalListApi.as_view(), name="approval_list"),
     path("approvals/<uuid:approval_id>/approve/", approvals.ApprovalApproveApi.as_view(), name="approval_approve"),
     path("approvals/<uuid:approval_id>/reject/", approvals.ApprovalRejectApi.as_view(), name="approval_reject"),
+    path("approvals/<uuid:approval_id>/amend/", approvals.ApprovalAmendApi.as_view(), name="approval_amend"),
     path("alerts/", alerts.AlertListApi.as_view(), name="alert_list"),
     path("alerts/<str:alert_id>/", alerts.AlertDetailApi.as_view(), name="alert_detail"),
     path("alerts/<str:alert_id>/acknowledge/", alerts.AlertAcknowledgeApi.as_view(), name="alert_acknowledge"),

@@ -41,6 +41,9 @@ class WorkflowInputSerializer(serializers.Serializer):
                                                              "notify, attributes?, ...}]")
     budget = serializers.JSONField(required=False, help_text="SPEC §16: {tokens_per_run?, cost_usd_per_run?, "
                                                              "cost_usd_per_day?} (costs: numbers or decimal strings)")
+    approval_rules = serializers.JSONField(required=False, help_text="SPEC §17: {stage: {approvers: [user:<name> | "
+                                                                     "group:<name> | role:editor], quorum: 1-5, "
+                                                                     "action_schema?}}")
 
 
 class WorkflowPatchInputSerializer(WorkflowInputSerializer):

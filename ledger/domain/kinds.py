@@ -39,6 +39,7 @@ class EventKind(TextChoices):
     ESCALATION_CLOSED = "escalation_closed"
     APPROVAL_VOIDED = "approval_voided"
     ATTRIBUTES_SET = "attributes_set"
+    APPROVAL_VOTED = "approval_voted"
 
 
 STAGE_OUTCOME_KINDS = frozenset({"started", "proposed", "succeeded", "failed", "skipped", "verified", "unknown"})
@@ -71,7 +72,10 @@ KINDS: dict[str, Kind] = {
     K.TRANSITION: Kind(False, (), "the run moved along one edge of the state machine"),
     K.CHECKPOINTED: Kind(False, (), "a server checkpoint was written"),
     K.APPROVAL_REQUESTED: Kind(False, ("approval_requested",), "a human decision was asked for"),
-    K.APPROVED: Kind(False, (), "a person approved a request (the run goes on from where it waited)"),
+    K.APPROVED: Kind(False, (), "a person approved a request (the run goes on from where it waited); with a quorum, "
+                                "the vote that met it"),
+    K.APPROVAL_VOTED: Kind(False, (), "an eligible approver approved a request whose quorum is not met yet (SPEC §17: "
+                                      "data.approval, data.reason, data.votes of data.quorum)"),
     K.REJECTED: Kind(False, ("rejected",), "a person rejected a request"),
     K.RETRIED: Kind(False, ("retried",), "on-call retried an escalated run"),
     K.ABANDONED: Kind(False, ("abandoned",), "on-call abandoned a run"),

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0029_sso'),
+        ('ledger', '0030_approval_rules'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

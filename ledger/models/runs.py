@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import JSONField, Q, Value
 
+from ledger.domain.approval_rules import QUORUM_MAX, default_approvers
 from ledger.domain.kinds import EventKind
 from ledger.domain.machine import HOLDING_STATES, ONCALL_ACTIONS, ONCALL_STATES, TERMINAL_STATES, RunState
 from stateboard.db import NoTruncate
@@ -101,6 +102,8 @@ class Workflow(models.Model):
     alerts = models.JSONField(default=list, blank=True, db_default=Value([], JSONField()))
     # SPEC §16: {tokens_per_run?, cost_usd_per_run?, cost_usd_per_day?} (``domain.usage.budget_checked``); no bump.
     budget = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
+    # SPEC §17: {stage: {approvers, quorum, action_schema?}} (``domain.approval_rules``); no bump.
+    approval_rules = models.JSONField(default=dict, blank=True, db_default=Value({}, JSONField()))
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="workflows"
     )
@@ -394,6 +397,11 @@ class Approval(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     consumed_at = models.DateTimeField(null=True, blank=True)
     consumed_seq = models.PositiveIntegerField(null=True, blank=True)
+    # SPEC §17: the rules in force when it was requested, and the approving votes (each a ledger event).
+    approvers = models.JSONField(default=default_approvers)
+    quorum = models.PositiveSmallIntegerField(default=1)
+    votes = models.JSONField(default=list, blank=True)  # [{by, at, reason}], oldest first
+    amended_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.RESTRICT, related_name="amendments")
 
     class Meta:
         ordering = ["-created_at"]
@@ -401,6 +409,7 @@ class Approval(models.Model):
             models.UniqueConstraint(
                 fields=["run", "stage", "kind"], condition=Q(status="pending"), name="approval_one_pending"
             ),
+            models.CheckConstraint(condition=Q(quorum__gte=1, quorum__lte=QUORUM_MAX), name="approval_quorum_range"),
             models.CheckConstraint(condition=Q(status__in=["pending", "approved", "rejected", "expired"]),
                                    name="approval_status_valid"),
         ]

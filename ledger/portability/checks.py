@@ -3,10 +3,19 @@ the ledger determines, rebuilt from the events, equal to the file's value."""
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 
 from django.utils import timezone
 
+from ledger.domain.approval_rules import (
+    DEFAULT_APPROVERS,
+    ESCALATION_APPROVERS,
+    RulesInvalid,
+    rules_checked,
+    schema_problem,
+    vote,
+)
 from ledger.domain.kinds import APPROVAL_STATUS_KINDS
 from ledger.domain.projection import effects_replay, run_replay
 from ledger.domain.usage import UsageInvalid, budget_checked, usage_checked
@@ -34,6 +43,7 @@ def verify(rows: dict, *, identities: bool) -> None:
         _chain(found)
     for number, workflow, _ in rows.get("workflow", []):
         _budget(number, workflow)
+        _approval_rules(number, workflow)
     goal_versions = defaultdict(list)
     for _, goal, _ in rows.get("goal", []):
         goal_versions[(goal.workflow_id, goal.intent)].append(goal.version)
@@ -74,6 +84,15 @@ def _budget(number: int, workflow) -> None:
         budget_checked(workflow.budget)
     except UsageInvalid as exc:
         _refuse(number, "workflow", "budget", workflow.budget, f"a budget ({exc})")
+
+
+def _approval_rules(number: int, workflow) -> None:
+    """SPEC §17: rules the API would refuse never come in (a request would take them)."""
+    try:
+        rules_checked(workflow.approval_rules, stages=workflow.stages, approval_stages=workflow.approval_stages,
+                      schema_problem=schema_problem)
+    except (RulesInvalid, TypeError) as exc:
+        _refuse(number, "workflow", "approval_rules", workflow.approval_rules, f"approval rules ({exc})")
 
 
 def _run_fields(number: int, run, events: list, workflow, goal_versions: list) -> None:
@@ -137,7 +156,7 @@ def _approvals(rows: dict, events: dict) -> None:
             approval = event.data.get("approval") if isinstance(event.data, dict) else None
             if approval:
                 named[str(approval)].append(event)
-    for number, approval, _ in rows.get("approval", []):
+    for number, approval, line in rows.get("approval", []):
         found = sorted(named[str(approval.id)], key=lambda e: (e.at, e.seq))
         changes = [e for e in found if e.kind in APPROVAL_STATUS_KINDS]
         if not changes or changes[0].data.get("status", APPROVAL_STATUS_KINDS[changes[0].kind]) != "pending":
@@ -153,9 +172,34 @@ def _approvals(rows: dict, events: dict) -> None:
                       "decided_at": None if status == "pending" else last.at}
         spent = [e for e in found if e.kind in SPENDING_KINDS]
         determined.update(consumed_seq=spent[-1].seq if spent else None, consumed_at=spent[-1].at if spent else None)
+        determined.update(_rules_and_votes(approval, asked, found))
         for field, expected in determined.items():
+            if field not in line:  # a file from before the field: the ledger's value
+                setattr(approval, field, expected)
             if getattr(approval, field) != expected:
                 _refuse(number, "approval", field, getattr(approval, field), expected)
+
+
+VOTE_KINDS = ("approval_voted", "approved")  # SPEC §17: each approving vote, the last one the approval
+
+
+def _rules_and_votes(approval, asked, found: list) -> dict:
+    """What the request took from its stage's rules (its ``approval_requested``), the request it amends, and its
+    votes (one event each)."""
+    escalation = approval.kind == "escalation"
+    amended_from = asked.data.get("amended_from")
+    votes = [] if escalation else [
+        vote(by=e.actor, at=e.at, reason=e.data.get("reason") or "") for e in found if e.kind in VOTE_KINDS]
+    return {"approvers": asked.data.get("approvers", list(ESCALATION_APPROVERS if escalation else DEFAULT_APPROVERS)),
+            "quorum": asked.data.get("quorum", 1), "votes": votes,
+            "amended_from_id": _uuid_or_text(amended_from)}
+
+
+def _uuid_or_text(value):
+    try:
+        return uuid.UUID(value) if value is not None else None
+    except (ValueError, TypeError, AttributeError):
+        return value  # (no row's id: the comparison refuses it)
 
 
 SPENDING_KINDS = ("started", "compensated")  # the events that spend the permit they name

@@ -8,6 +8,7 @@ from ledger.services.alerts import alert_acknowledge, alert_resolve, alerts_eval
 from ledger.services.apply import file_form, file_parse, outcome_lines, workflows_apply
 from ledger.services.approvals import (
     action_validate,
+    approval_amend,
     approval_decide,
     approval_request,
     approvals_expire,
@@ -64,6 +65,8 @@ from ledger.services.slack import (
     slack_signatures_prune,
     slack_user_of,
 )
+from ledger.services.traces import LAG as TRACES_LAG
+from ledger.services.traces import MARK as TRACES_MARK
 from ledger.services.traces import traces_export
 from ledger.services.workflows import POLICY_FIELDS, workflow_create, workflow_update, workflow_validate
 from ledger.services.writer import EXECUTOR, RunWriter, effect_key_default, input_fingerprint
@@ -72,14 +75,15 @@ from stateboard.moments import parse_moment
 __all__ = [
     "alert_acknowledge", "alert_resolve", "alert_send", "alerts_evaluate", "deliveries_of", "silence_end",
     "silence_set", "CHECKPOINT_FIELDS", "CHECKPOINT_MAX_BYTES", "GENESIS_HASH", "SUMMARY_MAX_CHARS", "RunWriter",
-    "approval_link_decide",
-    "action_validate", "approval_decide", "approval_request", "approvals_expire", "audit_record", "refusal_audit", "chain_verify",
+    "approval_link_decide", "action_validate", "approval_amend",
+    "approval_decide", "approval_request", "approvals_expire", "audit_record", "refusal_audit", "chain_verify",
     "chat_deliver", "slack_signatures_prune", "checkpoint_save", "checkpoint_validate", "checkpoints_prune",
     "compensation_plan", "effect_key_default", "event_append", "events_append", "event_compute_hash",
     "event_hash_fields", "goal_create", "goals_of", "input_fingerprint", "oncall_refusal", "retry_input",
     "rollback_preview", "run_rollback", "saved_view_save", "holding_runs", "parse_moment", "permit_find",
     "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate", "approval_notify",
     "notification_read", "notifications_read_all", "notifications_send", "notifications_settle", "rollups_refresh", "traces_export",
+    "TRACES_LAG", "TRACES_MARK",
     "run_act", "run_retry", "runs_act_in_bulk", "run_trigger", "runs_expire_leases", "executor_run",
     "executor_sweep", "run_lease", "outbox_put", "outbox_relay", "schedule_tick", "workflow_create",
     "workflow_update", "workflow_validate", "file_form", "file_parse", "outcome_lines", "workflows_apply",

@@ -9,8 +9,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger import authorizers
-from ledger.domain import recovery
+from ledger.domain import approval_rules, recovery
 from ledger.models import Approval, EventKind, LedgerEvent, Run
+from ledger.services.escalations import approvals_void, request_open
 from ledger.services.notifications import approval_notify
 from ledger.services.oncall import run_abandon, run_retry
 from ledger.services.outbox import EXECUTOR_TASK, outbox_put
@@ -46,14 +47,9 @@ def high_impact_open(writer: RunWriter, *, stage: str, action: dict, cause: str,
                      requested_by: str | None = None) -> Approval:
     """Open a high-impact request on a locked run and move it to ``awaiting_approval`` (no lease expiry
     while a human decides)."""
-    run, now = writer.run, writer.now
-    approval = Approval.objects.create(
-        kind=Approval.Kind.HIGH_IMPACT, run=run, stage=stage, action=action, action_digest=digest(action),
-        policy_version=run.workflow.policy_version, input_fingerprint=run.input_fingerprint,
-        requested_by=requested_by or writer.actor, requested_by_user=user, created_at=now,
-        deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
-    writer.emit(EventKind.APPROVAL_REQUESTED, stage,
-                data={"approval": str(approval.id), "kind": Approval.Kind.HIGH_IMPACT, "action": action})
+    run = writer.run
+    approval = request_open(writer, kind=Approval.Kind.HIGH_IMPACT, stage=stage, action=action,
+                            requested_by=requested_by or writer.actor, user=user)
     if run.state != "awaiting_approval":
         run.current_stage = stage
         writer.transition("awaiting_approval", "approval_requested", cause=cause, approval=str(approval.id))
@@ -97,13 +93,7 @@ def approval_request(*, run_id, kind: str, stage: str, action, actor: str, user=
     if kind == Approval.Kind.HIGH_IMPACT:
         approval = high_impact_open(writer, stage=stage, action=action, cause="approval_requested", user=user)
     else:
-        approval = Approval.objects.create(
-            kind=kind, run=run, stage=stage, action=action, action_digest=digest(action),
-            policy_version=run.workflow.policy_version, input_fingerprint=run.input_fingerprint,
-            requested_by=actor, requested_by_user=user, created_at=now,
-            deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
-        writer.emit(EventKind.APPROVAL_REQUESTED, stage, data={"approval": str(approval.id), "kind": kind,
-                                                               "action": action})
+        approval = request_open(writer, kind=kind, stage=stage, action=action, requested_by=actor, user=user)
         approval_notify(approval)
         writer.renew_lease()
     writer.flush()
@@ -147,17 +137,57 @@ def _decide_escalation(approval: Approval, *, approve: bool, user, reason: str, 
         run_abandon(run_id=approval.run_id, user=user, reason=reason, via=via)
 
 
-@transaction.atomic
-def approval_decide(*, approval_id, user, approve: bool, reason: str = "", via: str = "") -> Approval:
-    """Approve or reject once. Repeating the same decision changes nothing; a conflicting one is 409.
-    ``via`` names where the person decided when it was not the dashboard or the API (``slack``)."""
+def _approval_locked(approval_id) -> tuple[Run, Approval]:
+    """The request and its run, both locked (the run first, as every writer of the run takes them)."""
     try:
         run_id = Approval.objects.values_list("run_id", flat=True).get(id=approval_id)
     except (Approval.DoesNotExist, ValueError, TypeError, DjangoValidationError):
         raise NotFound("approval_not_found", f"No approval with id {approval_id}.")
-    actor, verb = actor_for(user), ("approve" if approve else "reject")
     _, run = workflow_and_run_lock(run_id)
-    approval = Approval.objects.select_for_update().get(id=approval_id)
+    return run, Approval.objects.select_for_update().get(id=approval_id)
+
+
+@transaction.atomic
+def approval_amend(*, approval_id, user, action, reason: str) -> Approval:
+    """An approver amends a pending request instead of deciding it (SPEC §17): the new ``action`` satisfies the
+    stage's ``action_schema`` (422 ``invalid_action``); the request is voided (``approval_voided``, reason
+    ``amended``) and a new one opened for the amended action with the same approvers and quorum, ``amended_from``
+    it, and the amender as its requester (so they cannot approve it)."""
+    run, approval = _approval_locked(approval_id)
+    authorizers.may_amend_approval(user, approval)
+    if approval.status != "pending":
+        raise Conflict("approval_decided", f"This request is already {approval.status}.", status=approval.status)
+    if not isinstance(reason, str) or not reason.strip():
+        raise Invalid("reason_required", "An amendment needs a reason.")
+    now = timezone.now()
+    if now > approval.deadline:
+        raise Conflict("approval_expired", "The decision deadline has passed; the request expired.")
+    problem = approval_rules.action_problem(approval_rules.action_schema_of(run.workflow.approval_rules,
+                                                                            approval.stage), action)
+    executor_stage = run.lease_owner == EXECUTOR and (run.executor_state or {}).get("stage") == approval.stage
+    if problem is None and executor_stage:  # Stateboard's executor performs it: its handler's action shape too
+        action = action_validate(action, params=True)
+    if problem is not None:
+        raise Invalid("invalid_action", problem)
+    actor = actor_for(user)
+    writer = RunWriter(run, actor, now)
+    approvals_void(writer, Approval.objects.filter(id=approval.id), reason="amended")
+    amended = request_open(writer, kind=approval.kind, stage=approval.stage, action=action, requested_by=actor,
+                           user=user, data={"reason": reason.strip()}, amended_from=approval)
+    if executor_stage:
+        run.executor_state = {**run.executor_state, "action": action}
+    approval_notify(amended)
+    writer.flush()
+    return amended
+
+
+@transaction.atomic
+def approval_decide(*, approval_id, user, approve: bool, reason: str = "", via: str = "") -> Approval:
+    """Approve (a vote: approved once ``quorum`` distinct approvers voted, SPEC §17) or reject (at once) a pending
+    request. Repeating the same vote or decision changes nothing; a conflicting one is 409. ``via`` names where the
+    person decided when it was not the dashboard or the API (``slack``)."""
+    run, approval = _approval_locked(approval_id)
+    actor, verb = actor_for(user), ("approve" if approve else "reject")
     authorizers.may_decide_approval(user, approval)
     role = acting_role(user, set(authorizers.deciding_roles(approval)))
     wanted = "approved" if approve else "rejected"
@@ -174,13 +204,23 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "", via: 
         _decide_escalation(approval, approve=approve, user=user, reason=reason, via=via)
         approval.refresh_from_db()
         return approval
+    writer = RunWriter(run, actor, now)
+    data = {"approval": str(approval.id), "kind": approval.kind, "role": role, "reason": reason,
+            **({"via": via} if via else {})}
+    if approve:
+        if any(vote["by"] == actor for vote in approval.votes):
+            return approval  # the same person approving twice changes nothing
+        approval.votes = [*approval.votes, approval_rules.vote(by=actor, at=now, reason=reason)]
+        data.update(votes=len(approval.votes), quorum=approval.quorum)
+        if len(approval.votes) < approval.quorum:  # SPEC §17: a vote, the request still pending
+            approval.save(update_fields=["votes"])
+            writer.emit(EventKind.APPROVAL_VOTED, approval.stage, reason_code=verb, data=data)
+            writer.flush()
+            return approval
     approval.status, approval.decided_by, approval.decided_role = wanted, actor, role
     approval.reason, approval.decided_at = reason, now
-    approval.save(update_fields=["status", "decided_by", "decided_role", "reason", "decided_at"])
-    writer = RunWriter(run, actor, now)
-    writer.emit(EventKind.APPROVED if approve else EventKind.REJECTED, approval.stage, reason_code=verb,
-                data={"approval": str(approval.id), "kind": approval.kind, "role": role, "reason": reason,
-                      **({"via": via} if via else {})})
+    approval.save(update_fields=["status", "decided_by", "decided_role", "reason", "decided_at", "votes"])
+    writer.emit(EventKind.APPROVED if approve else EventKind.REJECTED, approval.stage, reason_code=verb, data=data)
     executor_stage = run.lease_owner == EXECUTOR and (run.executor_state or {}).get("stage") == approval.stage
     if approve and run.state == "awaiting_approval" and executor_stage:
         # The executor performs the approved action: its task is sent once this commits (SPEC §5.2).

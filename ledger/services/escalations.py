@@ -1,13 +1,35 @@
-"""Closing escalations and voiding open requests and unspent permits, below every verb that closes or voids
-one (the run writer raises an escalation when a run escalates). Each change of a request's status is a
-ledger event naming it, written by the run's writer in the same transaction (SPEC §11.2)."""
+"""Opening requests for people, closing escalations and voiding open requests and unspent permits, below every
+verb that opens, closes or voids one (the run writer raises an escalation when a run escalates). Each change of
+a request's status is a ledger event naming it, written by the run's writer in the same transaction (SPEC §11.2)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from ledger.domain.approval_rules import rules_for
 from ledger.models import Approval, EventKind, Run
 from ledger.services.writer import RunWriter
+from stateboard.canonical import digest
+
+
+def request_open(writer: RunWriter, *, kind: str, stage: str, action: dict, requested_by: str, user=None,
+                 data: dict | None = None, amended_from: Approval | None = None) -> Approval:
+    """A high-impact or compensation request on ``writer``'s (locked) run, with its ``approval_requested`` event.
+    It keeps the approvers and quorum of ``stage``'s ``approval_rules`` in force now (SPEC §17: a compensation
+    follows the rules of the stage it compensates), or those of the request it amends (``amended_from``);
+    ``data``: more of the event's data (``role``, ``reason``)."""
+    run, now = writer.run, writer.now
+    approvers, quorum = (amended_from.approvers, amended_from.quorum) if amended_from is not None \
+        else rules_for(run.workflow.approval_rules, stage)
+    approval = Approval.objects.create(
+        kind=kind, run=run, stage=stage, action=action, action_digest=digest(action),
+        policy_version=run.workflow.policy_version, input_fingerprint=run.input_fingerprint,
+        requested_by=requested_by, requested_by_user=user, created_at=now, approvers=approvers, quorum=quorum,
+        amended_from=amended_from, deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
+    writer.emit(EventKind.APPROVAL_REQUESTED, stage, data={
+        "approval": str(approval.id), "kind": kind, "action": action, **(data or {}), "approvers": approvers,
+        "quorum": quorum, **({"amended_from": str(amended_from.id)} if amended_from is not None else {})})
+    return approval
 
 
 def escalation_close(run: Run, *, status: str, actor: str, role: str, reason: str, now: datetime,

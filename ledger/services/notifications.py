@@ -28,6 +28,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger.approval_links import approval_link_paths
+from ledger.domain.approval_rules import groups_named, users_named
 from ledger.models import Notification
 from ledger.services.chat import chat_approval_post, public_url
 from stateboard.errors import NotFound
@@ -154,12 +155,15 @@ def approval_keys(approval_id) -> list[str]:
 
 
 def approval_notify(approval) -> list[int]:
-    """A new request waits for people: editors decide high-impact and compensation requests
-    (the requester excepted: they cannot decide it), on-call decides escalations. Once per request,
+    """A new request waits for people: editors decide high-impact and compensation requests (those its
+    approvers name; the requester excepted: they cannot decide it), on-call decides escalations. Once per request,
     and once to the team's chat when a webhook is configured."""
     chat_approval_post(approval)
     escalation = approval.kind == "escalation"
     users = users_in_role(ONCALL if escalation else EDITOR)
+    if not escalation and "role:editor" not in approval.approvers:  # SPEC §17: only the editors it names
+        users = users.filter(Q(username__in=users_named(approval.approvers))
+                             | Q(approver_groups__name__in=groups_named(approval.approvers)))
     if approval.requested_by_user_id is not None:
         users = users.exclude(id=approval.requested_by_user_id)
     run = approval.run

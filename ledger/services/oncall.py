@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -11,7 +11,7 @@ from ledger import authorizers, selectors
 from ledger.domain import effects, recovery
 from ledger.models import HOLDING_STATES, Approval, EventKind, Run
 from ledger.services.audit import refusal_audit
-from ledger.services.escalations import approvals_void, escalation_close
+from ledger.services.escalations import approvals_void, escalation_close, request_open
 from ledger.services.goals import goal_fingerprint, goal_latest_adopt, goal_newer
 from ledger.services.notifications import approval_notify
 from ledger.services.runs import (
@@ -22,7 +22,6 @@ from ledger.services.runs import (
     workflow_active_require,
 )
 from ledger.services.writer import RunWriter, illegal, lease_expired, run_lock, workflow_and_run_lock
-from stateboard.canonical import digest
 from stateboard.errors import Conflict, DomainError, Invalid
 from stateboard.roles import acting_role, actor_for
 
@@ -147,14 +146,9 @@ def run_compensate(*, run_id, user, reason: str = "") -> tuple[Run, Approval | N
         writer.transition("escalated", "compensation_not_deterministic", cause="compensate")
     else:
         pending = open_requests.get("pending")
-        approval = pending or Approval.objects.create(
-            kind=Approval.Kind.COMPENSATION, run=run, stage=run.current_stage, action=plan,
-            action_digest=digest(plan), policy_version=run.workflow.policy_version,
-            input_fingerprint=run.input_fingerprint, requested_by=actor, requested_by_user=user, created_at=now,
-            deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
+        approval = pending or request_open(writer, kind=Approval.Kind.COMPENSATION, stage=run.current_stage,
+                                           action=plan, requested_by=actor, user=user, data={"role": role})
         if pending is None:
-            writer.emit(EventKind.APPROVAL_REQUESTED, run.current_stage,
-                        data={"approval": str(approval.id), "kind": "compensation", "action": plan, "role": role})
             approval_notify(approval)  # editors, once per request
     escalation_close(run, status="approved", actor=actor, role=role, reason=reason or "compensate", now=now,
                      writer=writer)

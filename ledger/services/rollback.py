@@ -9,8 +9,6 @@ performs); then the same run is decided again: ``resume`` / ``rolled_back`` from
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.db import transaction
 from django.utils import timezone
 
@@ -19,13 +17,12 @@ from ledger.domain import effects
 from ledger.domain.machine import INTENT_HOLDING_STATES, ROLLBACK_STATES
 from ledger.models import HOLDING_STATES, Approval, Effect, EventKind, LedgerEvent, Run
 from ledger.services.checkpoints import server_checkpoint
-from ledger.services.escalations import approvals_void, escalation_close
+from ledger.services.escalations import approvals_void, escalation_close, request_open
 from ledger.services.goals import decide_again, goal_latest_adopt, goal_move
 from ledger.services.oncall import compensation_plan
 from ledger.services.runs import dead_leases_expire, workflow_active_require
 from ledger.services.versions import generations_bump, goal_latest_version
 from ledger.services.writer import RunWriter, workflow_and_run_lock
-from stateboard.canonical import digest
 from stateboard.errors import Conflict, Invalid
 from stateboard.roles import acting_role, actor_for
 
@@ -107,13 +104,8 @@ def run_rollback(*, run_id, user, to_stage, reason: str = "", compensate: bool =
         if plan is None:
             writer.transition("escalated", "compensation_not_deterministic", cause="compensate")
         else:
-            approval = Approval.objects.create(
-                kind=Approval.Kind.COMPENSATION, run=run, stage=run.current_stage, action=plan,
-                action_digest=digest(plan), policy_version=workflow.policy_version,
-                input_fingerprint=run.input_fingerprint, requested_by=actor, requested_by_user=user,
-                created_at=now, deadline=now + timedelta(seconds=workflow.approval_ttl_seconds))
-            writer.emit(EventKind.APPROVAL_REQUESTED, run.current_stage,
-                        data={"approval": str(approval.id), "kind": "compensation", "action": plan, "role": role})
+            request_open(writer, kind=Approval.Kind.COMPENSATION, stage=run.current_stage, action=plan,
+                         requested_by=actor, user=user, data={"role": role})
         writer.flush()
     else:
         writer.flush()  # retried_at and the checkpoint must be visible to the decision

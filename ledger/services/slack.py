@@ -113,7 +113,10 @@ def slack_decide(*, action: SlackAction, user, reply_key: str) -> str:
     decided = approval_decide(approval_id=approval.id, user=user, approve=APPROVES[action.name],
                               reason=action.reason.strip(), via="slack")
     actor = actor_for(user)
-    if approval.kind != Approval.Kind.ESCALATION and decided.decided_by != actor:
+    if decided.status == "pending":  # a vote towards the quorum (SPEC §17)
+        text = (f"Vote by {actor} via Slack: {len(decided.votes)} of {decided.quorum} approvals for "
+                f"{approval.run.workflow.slug}/{approval.stage or '-'}; the request waits for more.")
+    elif approval.kind != Approval.Kind.ESCALATION and decided.decided_by != actor:
         text = f"Already {decided.status} by {decided.decided_by}; nothing changed."
     else:
         run = approval.run

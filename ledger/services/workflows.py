@@ -13,6 +13,7 @@ from django.db import IntegrityError, transaction
 
 from ledger import authorizers
 from ledger.domain.alerts import alerts_problem
+from ledger.domain.approval_rules import RulesInvalid, rules_checked, schema_problem
 from ledger.executor import HandlerConfigError, handler_for
 from ledger.models import Workflow
 from ledger.schedules import periodic_tasks_ensure, schedule_problem
@@ -24,7 +25,7 @@ MAX_SECONDS = 31_536_000
 DURATIONS = ("checkpoint_ttl_seconds", "lease_seconds", "approval_ttl_seconds")
 POLICY_FIELDS = ("stages", "effect_stages", "approval_stages", "policy_version", "max_retries", *DURATIONS,
                  "schedule", "schedule_intent", "schedule_inputs", "executors", "knowledge_scope", "agents", "alerts",
-                 "budget")
+                 "budget", "approval_rules")
 WRITABLE = ("title", *POLICY_FIELDS)
 # What a run's checkpoints and effect keys were made under: changing it needs another policy_version.
 DEFINITION_SHAPE = ("stages", "effect_stages", "approval_stages", "executor handlers")
@@ -120,6 +121,7 @@ def workflow_validate(workflow: Workflow) -> None:
     _executors_validate(workflow.executors, workflow)
     _alerts_validate(workflow)
     budget_valid(workflow.budget)  # (SPEC §16: 422 invalid_budget; a change needs no policy bump)
+    _approval_rules_validate(workflow)
 
 
 def _alerts_validate(workflow: Workflow) -> None:
@@ -130,6 +132,18 @@ def _alerts_validate(workflow: Workflow) -> None:
         rule, field, message = problem
         detail = f"alerts[{rule}].{field}: {message}" if rule else message
         raise Invalid("invalid_alert", detail, errors={"alerts": [detail]}, rule=rule, field=field)
+
+
+def _approval_rules_validate(workflow: Workflow) -> None:
+    """SPEC §17: 422 ``invalid_approval_rules`` naming the stage and the field (after the stages it reads)."""
+    try:
+        rules_checked(workflow.approval_rules, stages=workflow.stages, approval_stages=workflow.approval_stages,
+                      schema_problem=schema_problem)
+    except RulesInvalid as invalid:
+        detail = f"approval_rules[{invalid.stage}].{invalid.field}: {invalid.message}" if invalid.stage \
+            else invalid.message
+        raise Invalid("invalid_approval_rules", detail, errors={"approval_rules": [detail]}, stage=invalid.stage,
+                      field=invalid.field)
 
 
 def executor_handlers(executors) -> dict:

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from django.core.exceptions import ValidationError as DjangoValidationError
 
 from ledger.domain import machine, recovery
+from ledger.domain.approval_rules import ESCALATION_APPROVERS
 from ledger.domain.effects import effect_key_namespaced
 from ledger.domain.projection import lease_next
 from ledger.domain.usage import spend_day
@@ -201,7 +202,7 @@ class RunWriter:
             kind=Approval.Kind.ESCALATION, run=run, stage=run.current_stage, action=action,
             action_digest=digest(action), policy_version=run.workflow.policy_version,
             input_fingerprint=run.input_fingerprint, requested_by="system", created_at=now,
-            deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
+            approvers=list(ESCALATION_APPROVERS), deadline=now + timedelta(seconds=run.workflow.approval_ttl_seconds))
         self.emit(EventKind.ESCALATION_RAISED, approval.stage, actor="system", reason_code=reason,
                   data={"approval": str(approval.id), "kind": approval.kind, "status": "pending", "action": action})
         approval_notify(approval)  # on-call, once per escalation request

@@ -12,6 +12,7 @@ from ledger.models import Approval
 from ledger.web.common import approval_of_page, evidence_view, form_checked, inputs_diff
 from ledger.web.forms import ReasonForm, RequiredReasonForm
 from stateboard.policy import ANY, NOTIFICATIONS_CHANGED, Policy, page
+from stateboard.roles import actor_for
 
 HISTORY_ROWS = 50
 PENDING_ROWS = 50  # each with its evidence pack: the soonest deadlines first
@@ -28,8 +29,11 @@ class HistoryFilterForm(forms.Form):
         self.fields["workflow"].choices = [("", "any workflow"), *((w.slug, w.slug) for w in workflows)]
 
 
-def _with_packs(approvals: list) -> list:
+def _with_packs(approvals: list, user) -> list:
+    """Each request with its evidence pack, who may still decide it, and whether ``user`` voted (SPEC §17)."""
     packs = selectors.approval_packs(approvals=approvals)
+    deciders = selectors.approval_deciders(approvals=approvals)
+    actor = actor_for(user)
     for approval in approvals:
         pack = packs.get(approval.id, {})
         previous = pack.get("previous")
@@ -39,6 +43,8 @@ def _with_packs(approvals: list) -> list:
             "previous": previous,
             "changes": inputs_diff(previous.inputs, approval.run.inputs) if previous else None,
         }
+        approval.deciders = deciders.get(approval.id)
+        approval.voted = any(vote["by"] == actor for vote in approval.votes)
     return approvals
 
 
@@ -46,7 +52,7 @@ def inbox_context(request) -> dict:
     """Pending requests (with packs) and the filtered decided history; page and fragments share it."""
     history_form = HistoryFilterForm(request.GET or None, workflows=selectors.workflow_list())
     filters = history_form.cleaned_data if history_form.is_valid() else {}
-    pending = _with_packs(list(selectors.approvals_pending()[:PENDING_ROWS]))
+    pending = _with_packs(list(selectors.approvals_pending()[:PENDING_ROWS]), request.user)
     history = list(selectors.approvals_decided(status=filters.get("status", ""), kind=filters.get("kind", ""),
                                                workflow=filters.get("workflow", ""))[:HISTORY_ROWS])
     total = len(pending) if len(pending) < PENDING_ROWS else selectors.approvals_pending_count()
@@ -77,10 +83,13 @@ def _approval_decide(request, approval_id, *, approve: bool):
             done = {"approved": "retried", "rejected": "abandoned"}.get(approval.status, approval.status)
             messages.success(request, f"Escalated run {approval.run.workflow.slug} · {approval.run.intent}: {done}.")
         else:
+            status = approval.status if approval.status != "pending" else \
+                f"pending: your vote is in, {len(approval.votes)} of {approval.quorum} approvals"
             messages.success(request, f"Request {approval.stage or approval.kind} of {approval.run.workflow.slug} "
-                                      f"· {approval.run.intent} is {approval.status}.")
+                                      f"· {approval.run.intent} is {status}.")
         return redirect(inbox)
-    response = render(request, "ledger/approval_list.html#approval-row", {"approval": _with_packs([approval])[0]})
+    response = render(request, "ledger/approval_list.html#approval-row",
+                      {"approval": _with_packs([approval], request.user)[0]})
     trigger_client_event(response, "approval-changed", {"id": str(approval.id), "status": approval.status})
     return trigger_client_event(response, NOTIFICATIONS_CHANGED)  # deciding it settled its notifications
 

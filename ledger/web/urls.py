@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from ledger import web
-from ledger.web import account, agents, alerts, approval_links, notifications, rollback, sso
+from ledger.web import account, agents, alerts, amend, approval_links, notifications, rollback, sso
 
 app_name = "ledger"
 urlpatterns = [
@@ -16,6 +16,7 @@ urlpatterns = [
     path("approvals/<uuid:approval_id>/approve/", web.approval_approve, name="approval_approve"),
     path("approvals/<uuid:approval_id>/reject/", web.approval_reject, name="approval_reject"),
     path("approvals/<uuid:approval_id>/email/<str:token>/", approval_links.approval_link, name="approval_link"),
+    path("approvals/<uuid:approval_id>/amend/", amend.approval_amend, name="approval_amend"),
     path("oncall/", web.oncall, name="oncall"),
     path("oncall/preview/", web.oncall_preview, name="oncall_preview"),
     path("oncall/bulk/", web.oncall_bulk, name="oncall_bulk"),

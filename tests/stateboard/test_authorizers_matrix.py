@@ -3,6 +3,7 @@ knowledge/authorizers.py has a case here; for every role, the page and the API g
 (both refused with 403, or both let through) and it is the authorizer's verdict."""
 
 import inspect
+import json
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Callable
@@ -164,6 +165,16 @@ def _decide(verb):
         page=lambda c, m: c.post(reverse(f"ledger:approval_{verb}", args=[m["approval"]]), {"reason": "matrix"}, **HX))
 
 
+AMENDED = {"system": "k8s", "operation": "canary", "target": "prod/web", "summary": "Canary first"}
+
+
+def _amend():
+    return dict(
+        api=lambda c, m: _post(c, f"/api/v1/approvals/{m['approval']}/amend/", {"action": AMENDED, "reason": "matrix"}),
+        page=lambda c, m: c.post(reverse("ledger:approval_amend", args=[m["approval"]]),
+                                 {"action_json": json.dumps(AMENDED), "reason": "matrix"}, **HX))
+
+
 def _oncall(verb):
     return dict(
         api=lambda c, m: _post(c, f"/api/v1/runs/{m['run']}/{verb}/", {"reason": "matrix"}),
@@ -197,6 +208,7 @@ CASES = {
     "reject escalation": Case(A[L + "may_decide_approval"], _escalated, _approval, **_decide("reject")),
     "use approval link": Case(A[L + "may_use_approval_link"], _mailed_link, _link,
                               page=lambda c, m: c.post(m["path"], {"reason": "matrix"}, **HX)),
+    "amend high_impact": Case(A[L + "may_amend_approval"], _awaiting, _approval, **_amend()),
     "retry": Case(A[L + "may_retry"], _escalated, _run, **_oncall("retry")),
     "compensate": Case(A[L + "may_compensate"], _escalated, _run, **_oncall("compensate")),
     "abandon": Case(A[L + "may_abandon"], _escalated, _run, **_oncall("abandon")),

@@ -106,11 +106,11 @@ def mark_set_behind() -> None:
     """The export's mark at ``LAG`` before now: the next passes export what was written since then."""
     from django.utils import timezone
 
+    from ledger import services
     from ledger.models import TraceMark
-    from ledger.services.traces import LAG, MARK
 
     now = timezone.now()
-    TraceMark.objects.update_or_create(name=MARK, defaults={"at": now - LAG, "event_id": 2**62,
+    TraceMark.objects.update_or_create(name=services.TRACES_MARK, defaults={"at": now - services.TRACES_LAG, "event_id": 2**62,
                                                             "exported_at": now, "last_error": ""})
 
 
