@@ -130,7 +130,7 @@ def permit_spend(permit: Approval, event: LedgerEvent) -> None:
     permit.save(update_fields=["consumed_at", "consumed_seq"])
 
 
-def _decide_escalation(approval: Approval, *, approve: bool, user, reason: str, via: str = "") -> None:
+def _decide_escalation(approval: Approval, *, approve: bool, user, reason: str, via: str = "web") -> None:
     if approve:
         run_retry(run_id=approval.run_id, user=user, reason=reason or "approved escalation", via=via)
     else:
@@ -182,10 +182,10 @@ def approval_amend(*, approval_id, user, action, reason: str) -> Approval:
 
 
 @transaction.atomic
-def approval_decide(*, approval_id, user, approve: bool, reason: str = "", via: str = "") -> Approval:
+def approval_decide(*, approval_id, user, approve: bool, reason: str = "", via: str = "web") -> Approval:
     """Approve (a vote: approved once ``quorum`` distinct approvers voted, SPEC §17) or reject (at once) a pending
-    request. Repeating the same vote or decision changes nothing; a conflicting one is 409. ``via`` names where the
-    person decided when it was not the dashboard or the API (``slack``)."""
+    request. Repeating the same vote or decision changes nothing; a conflicting one is 409. ``via`` names how the
+    person decided (SPEC §17): ``web`` (the pages and the API), ``slack``, ``email``."""
     run, approval = _approval_locked(approval_id)
     actor, verb = actor_for(user), ("approve" if approve else "reject")
     authorizers.may_decide_approval(user, approval)

@@ -62,9 +62,9 @@ def retry_input(run: Run, *, others: list[Run], now: datetime) -> tuple[recovery
 
 
 @transaction.atomic
-def run_retry(*, run_id, user, reason: str = "", via: str = "") -> Run:
+def run_retry(*, run_id, user, reason: str = "", via: str = "web") -> Run:
     """On-call retry of an escalated run: the retry budget starts afresh and the run is decided again.
-    ``via``: where the person acted, when not the dashboard or the API (``slack``)."""
+    ``via``: how the person acted: ``web`` (the pages and the API), ``slack``, ``email``."""
     workflow, run = workflow_and_run_lock(run_id)
     actor, role = _oncall(user, run, authorizers.may_retry)
     _applies_require("retry", run)
@@ -85,7 +85,7 @@ def run_retry(*, run_id, user, reason: str = "", via: str = "") -> Run:
 
 
 @transaction.atomic
-def run_abandon(*, run_id, user, reason: str, via: str = "") -> Run:
+def run_abandon(*, run_id, user, reason: str, via: str = "web") -> Run:
     run = run_lock(run_id)
     actor, role = _oncall(user, run, authorizers.may_abandon)
     if not (reason or "").strip():

@@ -404,7 +404,8 @@ def test_audit_malformed_ids_are_json_404_and_unknown_ids_still_audited():
 
 @pytest.mark.django_db
 def test_audit_decisions_are_ledger_events_naming_user_role_reason():
-    """Approve and reject are ledger events by user:<name>, with the role acted in and the reason."""
+    """Approve and reject are ledger events by user:<name>, with the role acted in, the reason, and how the
+    person decided (SPEC §17: ``via: web`` for the API and the pages; Slack and e-mail name theirs)."""
     crew = Crew()
     run_id = crew.to_deploy(inputs={"n": 1})
     approval = crew.request(run_id)
@@ -412,6 +413,7 @@ def test_audit_decisions_are_ledger_events_naming_user_role_reason():
     event = _events(run_id).get(kind="approved")
     assert event.actor == f"user:{crew.editor.username}" and event.stage == "deploy"
     assert event.data["role"] == "editor" and event.data["reason"] == "release window"
+    assert event.data["via"] == "web"
     assert event.data["approval"] == approval["id"]
     approval_row = Approval.objects.get(id=approval["id"])
     assert (approval_row.decided_by, approval_row.decided_role) == (f"user:{crew.editor.username}", "editor")
@@ -422,7 +424,7 @@ def test_audit_decisions_are_ledger_events_naming_user_role_reason():
     assert other.decide(approval2["id"], "reject", token=other.editor2_token, reason="freeze").status_code == 200
     rejected = _events(run2).get(kind="rejected")
     assert rejected.actor == f"user:{other.editor2.username}"
-    assert (rejected.data["role"], rejected.data["reason"]) == ("editor", "freeze")
+    assert (rejected.data["role"], rejected.data["reason"], rejected.data["via"]) == ("editor", "freeze", "web")
     abandoned = _events(run2).filter(kind="transition").order_by("-seq").first()
     assert abandoned.data["to"] == "abandoned" and abandoned.reason_code == "approval_rejected"
 

@@ -82,7 +82,7 @@ def test_escalated_run_retry_returns_to_recovery():
     assert run.state != "escalated" and run.decided_at > old_decided_at and run.retried_at is not None
     retried = _events(run_id, kind="retried").get()
     assert retried.actor == f"user:{team.oncall.username}"
-    assert retried.data == {"role": "oncall", "reason": "compiler fixed upstream"}
+    assert retried.data == {"role": "oncall", "reason": "compiler fixed upstream", "via": "web"}
     closed = _events(run_id, seq=retried.seq + 1).get()  # the escalation, closed by the retry
     assert (closed.kind, closed.data["approval"], closed.data["status"]) == ("escalation_closed", str(escalation.id),
                                                                            "approved")
@@ -181,7 +181,7 @@ def test_escalated_run_abandon_needs_reason():
     assert run.state == "abandoned" and run.ended_at is not None
     abandoned = _events(run_id, kind="abandoned").get()
     assert abandoned.actor == f"user:{team.oncall.username}"
-    assert abandoned.data == {"role": "oncall", "reason": "source repository archived"}
+    assert abandoned.data == {"role": "oncall", "reason": "source repository archived", "via": "web"}
     assert _events(run_id).last().data == {"from": "escalated", "to": "abandoned", "cause": "abandoned",
                                            "reason": "source repository archived"}
     assert Approval.objects.get(run_id=run_id, kind="escalation").status == "rejected"
