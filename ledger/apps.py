@@ -22,6 +22,7 @@ class LedgerConfig(AppConfig):
         post_migrate.connect(partition_guards_install, dispatch_uid="stateboard.partition_guards")
         policy.refusal_recorder = refusal_record
         waits.lease_releaser = services.lease_release_undelivered
+        waits.queued_left = services.queued_left
         self.knowledge_ports_wire()
 
     @staticmethod

@@ -6,7 +6,8 @@ queued run and asked to wait, the view answers 204 with ``WAIT_HEADER`` (the sec
 instead of sleeping. ``LeaseWaits`` then parks the request as a future — no thread, no database
 connection — and sends the same request through the pipeline again when a run is queued: PostgreSQL
 ``NOTIFY`` (one ``LISTEN`` connection per process) names the queued run's workflow, and the oldest
-waiter that could take it is woken; one that finds nothing passes the wake-up on. On SQLite, which
+waiter that could take it is woken; one that finds nothing passes the wake-up on while the run is still
+queued (``queued_left``: when a waiter of another process took it, the chain ends). On SQLite, which
 cannot notify, a waiter retries once a second. At its deadline a waiter gets the last 204: while LISTEN
 held, its last look's answer (nothing was queued for it since), so deadlines that meet cost no looks.
 
@@ -42,6 +43,13 @@ def _no_releaser(*, run_id: str, lease_id: str, event_count: int) -> bool:
 
 
 lease_releaser: Callable[..., bool] = _no_releaser
+
+
+def _anything_queued(workflow: str) -> bool:
+    return True  # unwired (no ledger app): every wake-up is passed on, as far as its budget goes
+
+
+queued_left: Callable[[str], bool] = _anything_queued  # wired by the ledger app (``services.queued_left``)
 
 
 @dataclass(eq=False)
@@ -247,8 +255,11 @@ class LeaseWaitingApp:
                 if deadline is None:
                     deadline = arrived + seconds
                     gone = asyncio.get_running_loop().create_task(client_gone(receive))
-                elif slug_budget:  # woken but found nothing: the next waiter may take it
+                elif slug_budget and await asyncio.get_running_loop().run_in_executor(
+                        None, queued_still, slug_budget[0]):
+                    # Woken but found nothing it may take, and the run is still queued: the next waiter may.
                     self.waits.notify(slug_budget[0], slug_budget[1])
+                    generation += 1  # its own wake-up is no news to it (it would look again at once)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or gone.done():
                     return await captured.replay(send)
@@ -298,6 +309,23 @@ async def client_gone(receive) -> None:
     ``http.disconnect``, sent when the connection closes (one that sends anything else never tells)."""
     if (await receive())["type"] != "http.disconnect":
         await asyncio.get_running_loop().create_future()  # until cancelled
+
+
+def queued_still(slug: str | None) -> bool:
+    """Whether a woken waiter that found nothing passes its wake-up on: only while a run of ``slug`` is still
+    queued and not being taken (every process LISTENs, so every process wakes a waiter for each queued run;
+    the ones that lost the race would otherwise wake their whole queue in turn). On a thread of its own."""
+    from django.db import connections
+
+    if slug is None:
+        return True
+    try:
+        return queued_left(slug)
+    except Exception:  # as before the check: the next waiter looks
+        log.exception("lease waits: could not tell whether a run of %s is still queued", slug)
+        return True
+    finally:
+        connections.close_all()
 
 
 def lease_release(run_id: str, lease_id: str, event_count: int) -> None:

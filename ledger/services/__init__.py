@@ -31,7 +31,7 @@ from ledger.services.email_decisions import approval_link_decide
 from ledger.services.events import event_append
 from ledger.services.executor import executor_run, executor_sweep
 from ledger.services.goals import goal_create, goals_of
-from ledger.services.leases import lease_release_undelivered, run_lease
+from ledger.services.leases import lease_release_undelivered, queued_left, run_lease
 from ledger.services.notifications import (
     NotificationItem,
     approval_notify,
@@ -83,7 +83,7 @@ __all__ = [
     "rollback_preview", "run_rollback", "saved_view_save", "holding_runs", "parse_moment", "permit_find",
     "permit_spend", "recovery_input_gather", "run_abandon", "run_compensate", "approval_notify",
     "notification_read", "notifications_read_all", "notifications_send", "notifications_settle", "rollups_refresh", "traces_export",
-    "TRACES_LAG", "TRACES_MARK",
+    "queued_left", "TRACES_LAG", "TRACES_MARK",
     "run_act", "run_retry", "runs_act_in_bulk", "run_trigger", "runs_expire_leases", "executor_run",
     "executor_sweep", "run_lease", "outbox_put", "outbox_relay", "schedule_tick", "workflow_create",
     "workflow_update", "workflow_validate", "file_form", "file_parse", "outcome_lines", "workflows_apply",

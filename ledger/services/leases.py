@@ -69,6 +69,13 @@ def run_lease(*, user, workflows=None, wait_seconds: int = 0, existing: set[str]
         pause = min(pause * 2, POLL_MAX)
 
 
+def queued_left(workflow: str) -> bool:
+    """Whether a run of ``workflow`` is still queued and not being taken: a long-poll woken for it that found
+    nothing it may take wakes the next waiter only then (``stateboard.waits``), so a run another process's
+    waiter took ends the chain instead of walking every waiter of this one."""
+    return store().run_queued_left(workflow=workflow, now=timezone.now())
+
+
 def lease_release_undelivered(*, run_id, lease_id: str, event_count: int) -> bool:
     """Queue again, for any agent, a run whose lease answer never reached its agent (the client of a
     long-poll went away): only while the run is exactly as leased (the same lease, no event since), so

@@ -119,6 +119,12 @@ class OrmStore:
             queued = queued.exclude(workflow_id__in=refused)
         return queued.first()
 
+    def run_queued_left(self, *, workflow: str, now) -> bool:
+        """Whether a run of ``workflow`` is still queued that no transaction is taking right now (a woken
+        long-poll that found none asks it before waking the next waiter: ``stateboard.waits``; SQLite, which
+        cannot notify, never wakes one, so here it is only the interface's)."""
+        return Run.objects.filter(queued_until__gt=now, state__in=HOLDING_STATES, workflow__slug=workflow).exists()
+
     def run_lock_for_event(self, run_id: uuid.UUID, client_event_id: str | None,
                            intent: str | None = None) -> tuple[Run | None, LedgerEvent | None]:
         """The run locked (as ``run_read``) and the event it already holds with ``client_event_id``, if any."""

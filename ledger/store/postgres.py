@@ -172,6 +172,12 @@ class PostgresStore(OrmStore):
             row = cursor.fetchone()
         return _run_of(row) if row else None
 
+    def run_queued_left(self, *, workflow: str, now) -> bool:
+        """One statement: a queued run of ``workflow`` that no transaction is taking (``SKIP LOCKED``)."""
+        with _prepared() as cursor:
+            cursor.execute(_QUEUED_LEFT, [now, list(HOLDING_STATES), workflow])
+            return cursor.fetchone() is not None
+
     def run_lock_for_event(self, run_id, client_event_id: str | None, intent: str | None = None):
         """One statement after the run's key: the run locked, the id of its event with ``client_event_id``
         and its last seq as the statement's snapshot saw them. Under READ COMMITTED that snapshot predates a
@@ -424,6 +430,9 @@ _QUEUED_SELECT = (f'SELECT {_RUN.select}, {_WORKFLOW.select} FROM {_RUN.table} J
                   f'AND (%s::text[] IS NULL OR w."slug" = ANY(%s::text[])) '
                   f"AND (w.\"agents\" = '[]'::jsonb OR w.\"agents\" ? %s) "
                   f'ORDER BY r."queued_at", r."id" LIMIT 1 FOR UPDATE OF r SKIP LOCKED')
+_QUEUED_LEFT = (f'SELECT 1 FROM {_RUN.table} JOIN {_WORKFLOW.table} ON w."id" = r."workflow_id" '
+                f'WHERE r."queued_until" > %s AND r."state" = ANY(%s) AND w."slug" = %s '
+                f'LIMIT 1 FOR UPDATE OF r SKIP LOCKED')
 _User = get_user_model()
 _TOKEN, _USER = _Columns(ApiToken, "t"), _Columns(_User, "u")
 _USER_GROUPS = _User.groups.through

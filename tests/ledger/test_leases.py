@@ -5,7 +5,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger import services
@@ -175,3 +175,36 @@ def test_a_lease_is_given_back_only_while_the_run_is_as_it_was_answered():
     released = LedgerEvent.objects.filter(run_id=run_id).order_by("-seq").first()
     assert (released.kind, released.actor, released.reason_code) == ("released", "system:web", "answer_undelivered")
     assert AgentDriver(client_for(make_agent()[1]), wf.slug).lease()["id"] == run_id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_queued_left_says_whether_a_run_is_still_queued_and_not_being_taken():
+    """What a woken long-poll that found nothing asks before waking the next waiter (``stateboard.waits``):
+    a queued run of the workflow is left (one the caller's ``agents`` kept it from), none once it is
+    leased, and on PostgreSQL none while another transaction is taking it (its row locked)."""
+    wf, other = make_workflow(approval_stages=[]), make_workflow(approval_stages=[])
+    run = _human_trigger(wf)
+    assert services.queued_left(wf.slug) and not services.queued_left(other.slug)
+    if connection.vendor == "postgresql":
+        taking, held = threading.Event(), threading.Event()
+
+        def take():  # another web thread's lease, holding the run's row until told
+            try:
+                with transaction.atomic():
+                    Run.objects.select_for_update().get(id=run["id"])
+                    taking.set()
+                    held.wait(10)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=take)
+        thread.start()
+        assert taking.wait(10)
+        try:
+            assert not services.queued_left(wf.slug)  # being taken: the chain of wake-ups ends here
+        finally:
+            held.set()
+            thread.join()
+        assert services.queued_left(wf.slug)  # the taker let it go: still queued
+    AgentDriver(client_for(make_agent()[1]), wf.slug).lease()
+    assert not services.queued_left(wf.slug)

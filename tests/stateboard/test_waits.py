@@ -179,3 +179,31 @@ def test_stop_on_signals_runs_before_the_servers_own_handler_and_leaves_default_
             signal.signal(signal.SIGUSR2, signal.SIG_DFL)
 
     _run(scenario())
+
+
+def test_a_woken_waiter_that_found_nothing_passes_the_wake_up_on_only_while_the_run_is_still_queued(monkeypatch):
+    """Every process LISTENs, so each queued run wakes a waiter in each; the waiters that lost the race to
+    another process find nothing. Passing the wake-up on then would walk their whole queue, a look per waiter
+    for one run (the fleet's collapse past ~350 agents): it goes on only while ``queued_left`` says a run of
+    that workflow is still queued (one a waiter may not take, by the workflow's ``agents``)."""
+    from stateboard import waits as waits_module
+
+    async def scenario(still_queued: bool) -> tuple[int, list[str]]:
+        waits, looks, asked = LeaseWaits(listen=True), [], []
+        waits._listener_ensure = lambda: None
+        waits.listening = True
+        monkeypatch.setattr(waits_module, "queued_left", lambda slug: asked.append(slug) or still_queued)
+        app = _lease_app(waits, looks, may_wait=b"1")
+        leases = [asyncio.create_task(_lease(app, b"1")) for _ in range(3)]
+        await asyncio.sleep(0.05)  # each looked once and waits
+        assert len(looks) == 3 and len(waits.queue) == 3
+        waits.notify("a")  # a run of "a" was queued; the oldest waiter looks and finds nothing
+        await asyncio.sleep(0.2)
+        woken_looks = len(looks) - 3
+        waits.stop()
+        await asyncio.gather(*leases)
+        return woken_looks, asked
+
+    assert _run(scenario(False)) == (1, ["a"])  # taken elsewhere: the chain ends at the first waiter
+    # Still queued: each waiter in turn looks once (the last has no budget left to pass it on).
+    assert _run(scenario(True)) == (3, ["a", "a"])
