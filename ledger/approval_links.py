@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from datetime import timezone as dt_timezone
 
+from django.contrib.auth import get_user_model
 from django.core import signing
 from django.urls import reverse
 from django.utils import timezone
 
 from ledger.models import Approval, ApprovalLinkUse
 from stateboard.errors import Invalid
+from stateboard.roles import actor_for
 
 SALT = "stateboard.approval-link"
 VERBS = ("approve", "reject")
@@ -110,4 +112,10 @@ def approval_link_problem(link: ApprovalLink, now: datetime | None = None) -> Li
     if now > min(link.expires_at, approval.deadline):
         return LinkProblem("expired", f"This request's deadline passed at {approval.deadline:%Y-%m-%d %H:%M} UTC, "
                                       "and its links expired with it.")
+    if link.verb == "approve" and approval.votes:  # voted elsewhere (the inbox, the API, chat): nothing to add
+        addressee = get_user_model().objects.filter(pk=link.user_id).first()
+        vote = next((v for v in approval.votes if addressee is not None and v.get("by") == actor_for(addressee)), None)
+        if vote is not None:
+            return LinkProblem("voted", f"You approved this request already (at {vote['at'][:16].replace('T', ' ')} "
+                                        "UTC): a vote counts once. Its Reject link still works.")
     return None

@@ -330,3 +330,42 @@ def test_over_http_the_mailed_link_signs_in_confirms_and_decides_once(settings, 
         again = mine.post(urls["Reject"], data={"csrfmiddlewaretoken": _csrf(confirm), "reason": "changed my mind"})
         assert again.status_code == 410 and "used already" in again.text
     assert Approval.objects.get(id=approval["id"]).status == "approved" and ApprovalLinkUse.objects.count() == 1
+
+
+def test_an_approve_link_of_someone_who_voted_elsewhere_says_so_and_is_not_spent(
+        settings, django_capture_on_commit_callbacks):
+    """Quorum 2: an editor who already voted in the inbox or the API finds their Approve link saying so (410,
+    nothing written, the link not spent), while its Reject link still works (a voter may still reject)."""
+    settings.NOTIFICATIONS_EMAIL, settings.STATEBOARD_PUBLIC_URL = True, PUBLIC
+    crew = Crew(approval_rules={"deploy": {"approvers": ["role:editor"], "quorum": 2}})
+    _with_address(crew.editor, crew.editor2)
+    run_id = crew.to_deploy()
+    with django_capture_on_commit_callbacks(execute=True):
+        approval = crew.request(run_id)
+    assert crew.decide(approval["id"]).status_code == 200  # editor's vote, through the API
+    links = links_in_mail(crew.editor)
+    before = _written(approval["id"])
+    for answer in (page_client(crew.editor).get(links["Approve"]),
+                   page_client(crew.editor).post(links["Approve"], {"reason": "again"})):
+        assert answer.status_code == 410 and "You approved this request already" in texts(answer)
+    assert _written(approval["id"]) == before and before[0] == "pending"
+    answer = page_client(crew.editor).post(links["Reject"], {"reason": "found a problem"})
+    assert answer.status_code in (200, 302) and Approval.objects.get(id=approval["id"]).status == "rejected"
+    assert LedgerEvent.objects.get(run_id=run_id, kind="rejected").data["via"] == "email"
+
+
+def test_the_file_backend_takes_its_folder_from_the_environment(tmp_path):
+    """API.md (settled points): e-mail is configured from the environment, ``EMAIL_FILE_PATH`` for the file
+    backend: a message sent by a process started with them lands in that folder."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+           "EMAIL_FILE_PATH": str(tmp_path), "DJANGO_SETTINGS_MODULE": "stateboard.settings"}
+    code = ("import django; django.setup(); from django.core.mail import send_mail; "
+            "send_mail('[Stateboard] test', 'body', 'a@example.test', ['b@example.test'])")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    [written] = list(tmp_path.iterdir())
+    assert "[Stateboard] test" in written.read_text()
