@@ -90,21 +90,22 @@ def test_the_fuzz_reaches_the_forms_that_answered_500():
     assert {"reason", "key", "run", "observed_at", "source_refs"} <= _form_fields()
 
 
-@pytest.mark.parametrize("role", ["editor", "owner"])
-def test_a_nul_in_any_page_form_field_is_refused_and_nothing_is_written(world, role):
-    client = page_client(world["owner"] if role == "owner" else make_operator(role)[0])
+def test_a_nul_in_any_page_form_field_is_refused_and_nothing_is_written(world):
+    """Each field of each form in turn holds a NUL (as htmx posts it, then once per form as a plain post): the
+    page refuses the form whole, before any role or authorizer reads it (``stateboard.policy.page``), so one
+    identity, the owner, meets every refusal an editor would."""
+    client = page_client(world["owner"])
     fields = _form_fields()
     plausible = {name: "fuzz" for name in fields} | {"key": world["key"], "run": world["runs"],
                                                      "action": "abandon", "version": "1"}
     before = _state()
     for url in _form_urls(world, client):
-        for field in sorted(fields):
-            for extra in ({}, HX):
-                body = plausible | {field: f"a\x00{field}"}
-                response = client.post(url, body, **extra)
-                assert response.status_code < 500, (url, field, response.status_code)
-                if response.status_code not in (404, 405):
-                    assert response.status_code in (302, 400, 403), (url, field, response.status_code)
+        for field, extra in [(field, HX) for field in sorted(fields)] + [(sorted(fields)[0], {})]:
+            body = plausible | {field: f"a\x00{field}"}
+            response = client.post(url, body, **extra)
+            assert response.status_code < 500, (url, field, response.status_code)
+            if response.status_code not in (404, 405):
+                assert response.status_code in (302, 400, 403), (url, field, response.status_code)
     assert _state() == before
 
 
