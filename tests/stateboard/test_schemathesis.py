@@ -21,7 +21,7 @@ from stateboard.wsgi import application
 from tests.factories import client_for, make_agent, make_operator, make_workflow
 from tests.ledger.helpers import AgentDriver
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db]  # slow: ~2,700 generated requests (the full suite runs it)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]  # slow: ~5,000 generated requests (the full suite runs it)
 
 # The schema /api/v1/schema/ serves, built in-process (collection has no database), called over WSGI.
 schema = schemathesis.openapi.from_dict(json.loads(OpenApiJsonRenderer().render(
