@@ -75,6 +75,7 @@ def test_gc_removed_key_numbers_versions_on_and_stays_revoked(agent, owner):
     assert (accepted.status, accepted.version) == ("active", 4)
 
 
+@pytest.mark.slow  # a property: 30 generated histories through the database (the full suite runs it)
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(st.sampled_from(["claim", "tombstone", "checkpoint", "expired_checkpoint"]),
                       min_size=1, max_size=14))

@@ -101,6 +101,7 @@ WITNESS = dict(  # k0 updated and k1 deleted after the snapshot: both naive rest
 )
 
 
+@pytest.mark.slow  # a property: 40 generated snapshots and crashes through the database (the full suite runs it)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @example(**WITNESS)

@@ -39,6 +39,7 @@ def _round_trip() -> list:
     return workflows_apply(definitions=file_parse(text.encode(), json_format=False))
 
 
+@pytest.mark.slow  # a property: 25 generated sets of definitions through the database (the full suite runs it)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(definitions())
 def test_export_then_apply_changes_nothing(defs):
@@ -52,6 +53,7 @@ def test_export_then_apply_changes_nothing(defs):
 CHANGES = st.sampled_from(["add_stage", "drop_effect", "add_approval", "handler"])
 
 
+@pytest.mark.slow  # a property: 25 generated sets of definitions and changes through the database (the full suite runs it)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(definitions(), CHANGES)
 def test_a_definition_change_without_another_policy_version_is_refused(defs, change):

@@ -158,6 +158,7 @@ class World:
         self.adopt(run, decided=True)
 
 
+@pytest.mark.slow  # a property: 30 generated histories through the database (the full suite runs it)
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(st.lists(ACTIONS, min_size=5, max_size=40))

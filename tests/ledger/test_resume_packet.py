@@ -57,6 +57,7 @@ def _run(workflow, agent_user, system):
     return run
 
 
+@pytest.mark.slow  # a property: 20 generated sets of claims through the database (the full suite runs it)
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(st.lists(CLAIM, max_size=12), st.integers(min_value=200, max_value=1500))
@@ -146,6 +147,7 @@ def test_resume_packet_carries_the_runs_goal_version_and_staged_flag():
                               "acceptance": ["cites sources", "under 800 words"]}
 
 
+@pytest.mark.slow  # a property: 25 generated histories of outcomes, each run page rendered through the database (the full suite runs it)
 @given(outcomes=st.lists(st.sampled_from(["verified", "succeeded", "unknown"]), min_size=1, max_size=3))
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_a_stage_whose_effect_is_not_verified_is_unknown_in_the_packet_and_on_the_run_page(outcomes):

@@ -15,6 +15,7 @@ from django.urls import get_resolver, resolve, reverse
 from django.utils import timezone
 
 from ledger.models import Alert, ApiToken, Approval, AuditEntry, Checkpoint, LedgerEvent, Notification, Run, Workflow
+from stateboard.limits import throttled_total
 from stateboard.policy import ANY, PUBLIC, policy_of
 from tests.factories import HX, client_for, make_agent, make_operator, make_workflow, page_client, unique
 from tests.ledger.helpers import AgentDriver
@@ -198,12 +199,15 @@ RATE_CASES = [(route, method) for route, method in cases(lambda p: p.rate is not
 @pytest.mark.parametrize(("route", "method"), RATE_CASES)
 def test_a_configured_rate_limit_answers_429_on_every_endpoint(route, method):
     """With API_RATE_LIMITS set, the request past the limit is 429 ``throttled`` with Retry-After,
-    whatever the endpoint (an append and a trigger included), and it is not audited."""
-    fleet = Fleet()
-    people = {"agent": fleet.a.client, "human": page_client(make_operator("oncall")[0])}
+    whatever the endpoint (an append and a trigger included), it is counted once (what /metrics shows as
+    ``stateboard_throttled_total``, below) and it is not audited."""
+    wf = make_workflow(stages=["build", "publish"], effect_stages=["publish"], approval_stages=["publish"])
+    agent = AgentDriver(client_for(make_agent()[1]), wf.slug)  # holding a run of the workflow
     api = route.startswith("api/")
-    client = fleet.a.client if api else people["human"]
-    url = _url(route, {"run_id": fleet.held, "slug": fleet.wf.slug, "approval_id": str(uuid.uuid4())})
+    client = agent.client if api else page_client(make_operator("oncall")[0])
+    url = _url(route, {"run_id": agent.trigger(intent="held")["id"], "slug": wf.slug,
+                       "approval_id": str(uuid.uuid4())})
+    counted = throttled_total()
     with override_settings(API_RATE_LIMITS="agent=2/minute,human=2/minute,anon=2/minute"):
         call = getattr(client, method.lower())
         answers = [call(url, {}, **({"format": "json"} if api else {})) for _ in range(3)]
@@ -214,8 +218,16 @@ def test_a_configured_rate_limit_answers_429_on_every_endpoint(route, method):
     if api:
         assert last.json()["code"] == "throttled"
     assert not AuditEntry.objects.filter(code="throttled").exists()
+    assert throttled_total() == counted + 1
+
+
+def test_metrics_show_the_throttled_answers_counted():
+    """/metrics shows the count of 429s the rate limits answered (the matrix above checks each is counted)."""
+    client = client_for(make_agent()[1])
+    with override_settings(API_RATE_LIMITS="agent=1/minute"):
+        assert [client.get("/api/v1/runs/").status_code for _ in range(2)] == [200, 429]
     metrics = client_for(None).get("/metrics").content.decode()
-    assert "stateboard_throttled_total" in metrics and "stateboard_throttled_total 0" not in metrics
+    assert f"stateboard_throttled_total {throttled_total()}" in metrics and throttled_total() >= 1
 
 
 def test_sign_in_and_the_admin_are_in_the_matrix():

@@ -68,6 +68,7 @@
   // reading in them: the poll is cancelled before it is sent. (htmx's trigger filters, "every 5s [...]",
   // need eval, which the Content-Security-Policy forbids: the browser dropped the filter.)
   function idle(section) {
+    if (section.actions > 0) { return false; }  // an action sent from it is not answered yet (below)
     var box = errorBox();
     if (box && !box.hidden) { return false; }  // let the user read the refusal before the rows move
     var active = document.activeElement;
@@ -83,6 +84,26 @@
     var elt = event.detail && event.detail.elt;
     if (elt && elt.hasAttribute && elt.hasAttribute("data-refresh-when-idle") && !idle(elt)) {
       event.preventDefault();
+    }
+  });
+  // A refresh under way when someone acts in the section was read before the action: its rows would undo
+  // what the action's answer swapped in (a decided request shown pending again). The action aborts it,
+  // and no refresh is sent until the action is answered. A refresh answered after someone began typing
+  // or reading in the section is not swapped in either.
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail && event.detail.elt;
+    if (event.defaultPrevented || !elt || !elt.closest || elt.hasAttribute("data-refresh-when-idle")) { return; }
+    var section = elt.closest("[data-refresh-when-idle]");
+    if (!section) { return; }
+    section.actions = (section.actions || 0) + 1;  // first: the abort may send a refresh htmx queued
+    elt.addEventListener("htmx:afterRequest", function () { section.actions -= 1; }, {once: true});
+    htmx.trigger(section, "htmx:abort");
+  });
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var config = event.detail && event.detail.requestConfig;
+    var elt = config && config.elt;  // who sent the request (detail.elt is the swap's target)
+    if (elt && elt.hasAttribute && elt.hasAttribute("data-refresh-when-idle") && !idle(elt)) {
+      event.detail.shouldSwap = false;
     }
   });
 
