@@ -19,22 +19,13 @@ def test_bench_longpoll_prints_the_ratios_beside_waiting_leases(bench_command, c
     assert re.search(r"newly queued run leased after\s*\| [\d.]+ s", stdout), stdout
 
 
-def test_bench_fleet_steps_agents_and_prints_the_capacity(bench_command):
-    stdout = bench_command("fleet", "--steps", "4,8", "--step-seconds", "3", timeout=200)
-    steps = re.findall(r"N=\s*(\d+): appends\s+(\d+) p95\s+([\d.]+) ms.*errors (\d+)", stdout)
-    assert [n for n, *_ in steps] == ["4", "8"], stdout
-    assert all(int(appends) > 0 and float(p95) > 0 and errors == "0" for _, appends, p95, errors in steps), stdout
+def test_bench_fleet_steps_agents_without_then_with_the_trace_export_and_prints_the_capacity(bench_command):
+    stdout = bench_command("fleet", "--steps", "4,8", "--step-seconds", "3", "--tracing", "both", timeout=200)
+    steps = re.findall(r"N=\s*(\d+), tracing (on|off): appends\s+(\d+) p95\s+([\d.]+) ms.*errors (\d+)", stdout)
+    assert [(n, mode) for n, mode, *_ in steps] == [("4", "off"), ("4", "on"), ("8", "off"), ("8", "on")], stdout
+    assert all(int(appends) > 0 and float(p95) > 0 and errors == "0" for *_, appends, p95, errors in steps), stdout
     per_request = re.findall(r"per request: web CPU ([\d.]+) ms, database CPU ([\d.]+) ms", stdout)
-    assert len(per_request) == 2 and all(float(web) > 0 for web, _ in per_request), stdout
-    assert re.search(r"fleet capacity \(append p95 ≤ 50 ms, trigger p95 ≤ 100 ms, lease wait p95 ≤ 1 s, no error\)"
-                     r"\s*\| \d+ agents", stdout), stdout
-
-
-def test_bench_fleet_with_the_trace_export_beside_it_runs_each_step_without_then_with_it(bench_command):
-    stdout = bench_command("fleet", "--steps", "4", "--step-seconds", "3", "--tracing", "both", timeout=200)
-    steps = re.findall(r"N=\s*4, tracing (on|off): appends\s+(\d+) .*errors (\d+)", stdout)
-    assert [mode for mode, *_ in steps] == ["off", "on"], stdout
-    assert all(int(appends) > 0 and errors == "0" for _, appends, errors in steps), stdout
+    assert len(per_request) == 4 and all(float(web) > 0 for web, _ in per_request), stdout
     export = re.search(r"trace export: (\d+) spans in (\d+) requests to the collector, the exporter ([\d.]+) cores", stdout)
     assert export and float(export.group(3)) > 0, stdout  # the exporter's passes ran (its process spent CPU)
     for mode in ("off", "on"):
