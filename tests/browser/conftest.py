@@ -58,6 +58,9 @@ def page(browser, request, outside_requests, tmp_path):
     context.route("**/*", guard)
     page = context.new_page()
     page.set_default_timeout(10_000)
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=10_000)  # assertions wait as long as actions (5 s was short beside a full suite)
     yield page
     failed = getattr(request.node, "rep_call", None)
     if failed is not None and failed.failed:  # screenshot on failure, for the CI artefacts

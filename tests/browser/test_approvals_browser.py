@@ -77,6 +77,7 @@ def test_editor_approves_and_rejects_without_a_reload(live_server, page, log_in,
     log_in("editor")
     page.click("nav >> text=Approvals")
     expect(page.locator("h1")).to_have_text("Approvals inbox")
+    page.wait_for_load_state("load")  # htmx has taken the page's forms (a click before it posts the plain form)
     page.evaluate("window.__sameDocument = true")  # gone if the page reloads
 
     page.once("dialog", lambda dialog: dialog.accept())  # hx-confirm on Approve
