@@ -18,6 +18,7 @@ from django.core import signing
 from django.urls import reverse
 from django.utils import timezone
 
+from ledger.domain.approval_rules import vote_of
 from ledger.models import Approval, ApprovalLinkUse
 from stateboard.errors import Invalid
 from stateboard.roles import actor_for
@@ -114,7 +115,7 @@ def approval_link_problem(link: ApprovalLink, now: datetime | None = None) -> Li
                                       "and its links expired with it.")
     if link.verb == "approve" and approval.votes:  # voted elsewhere (the inbox, the API, chat): nothing to add
         addressee = get_user_model().objects.filter(pk=link.user_id).first()
-        vote = next((v for v in approval.votes if addressee is not None and v.get("by") == actor_for(addressee)), None)
+        vote = vote_of(approval.votes, actor_for(addressee)) if addressee is not None else None
         if vote is not None:
             return LinkProblem("voted", f"You approved this request already (at {vote['at'][:16].replace('T', ' ')} "
                                         "UTC): a vote counts once. Its Reject link still works.")

@@ -117,6 +117,11 @@ def vote(*, by: str, at: datetime, reason: str) -> dict:
     return {"by": str(by), "at": at.isoformat(), "reason": reason}
 
 
+def vote_of(votes, actor: str) -> dict | None:
+    """``actor``'s approving vote among a request's ``votes``, or None (a vote counts once per person)."""
+    return next((vote for vote in votes if vote.get("by") == actor), None)
+
+
 def schema_problem(schema) -> str | None:
     """Why ``schema`` is not a JSON Schema (draft 2020-12) for an action, or None."""
     try:

@@ -137,6 +137,11 @@ def _decide_escalation(approval: Approval, *, approve: bool, user, reason: str, 
         run_abandon(run_id=approval.run_id, user=user, reason=reason, via=via)
 
 
+def _executor_holds(run: Run, stage: str) -> bool:
+    """Stateboard's executor holds ``run`` for ``stage`` (SPEC §5.2): it performs the approved action."""
+    return run.lease_owner == EXECUTOR and (run.executor_state or {}).get("stage") == stage
+
+
 def _approval_locked(approval_id) -> tuple[Run, Approval]:
     """The request and its run, both locked (the run first, as every writer of the run takes them)."""
     try:
@@ -164,11 +169,11 @@ def approval_amend(*, approval_id, user, action, reason: str) -> Approval:
         raise Conflict("approval_expired", "The decision deadline has passed; the request expired.")
     problem = approval_rules.action_problem(approval_rules.action_schema_of(run.workflow.approval_rules,
                                                                             approval.stage), action)
-    executor_stage = run.lease_owner == EXECUTOR and (run.executor_state or {}).get("stage") == approval.stage
-    if problem is None and executor_stage:  # Stateboard's executor performs it: its handler's action shape too
-        action = action_validate(action, params=True)
     if problem is not None:
         raise Invalid("invalid_action", problem)
+    executor_stage = _executor_holds(run, approval.stage)
+    if executor_stage:  # Stateboard's executor performs it: its handler's action shape too
+        action = action_validate(action, params=True)
     actor = actor_for(user)
     writer = RunWriter(run, actor, now)
     approvals_void(writer, Approval.objects.filter(id=approval.id), reason="amended")
@@ -208,7 +213,7 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "", via: 
     data = {"approval": str(approval.id), "kind": approval.kind, "role": role, "reason": reason,
             **({"via": via} if via else {})}
     if approve:
-        if any(vote["by"] == actor for vote in approval.votes):
+        if approval_rules.vote_of(approval.votes, actor) is not None:
             return approval  # the same person approving twice changes nothing
         approval.votes = [*approval.votes, approval_rules.vote(by=actor, at=now, reason=reason)]
         data.update(votes=len(approval.votes), quorum=approval.quorum)
@@ -221,7 +226,7 @@ def approval_decide(*, approval_id, user, approve: bool, reason: str = "", via: 
     approval.reason, approval.decided_at = reason, now
     approval.save(update_fields=["status", "decided_by", "decided_role", "reason", "decided_at", "votes"])
     writer.emit(EventKind.APPROVED if approve else EventKind.REJECTED, approval.stage, reason_code=verb, data=data)
-    executor_stage = run.lease_owner == EXECUTOR and (run.executor_state or {}).get("stage") == approval.stage
+    executor_stage = _executor_holds(run, approval.stage)
     if approve and run.state == "awaiting_approval" and executor_stage:
         # The executor performs the approved action: its task is sent once this commits (SPEC §5.2).
         run.executor_state = {**run.executor_state, "since": now.isoformat()}

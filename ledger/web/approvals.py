@@ -8,6 +8,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from ledger import authorizers, selectors, services
+from ledger.domain.approval_rules import vote_of
 from ledger.models import Approval
 from ledger.web.common import approval_of_page, evidence_view, form_checked, inputs_diff
 from ledger.web.forms import ReasonForm, RequiredReasonForm
@@ -44,7 +45,7 @@ def _with_packs(approvals: list, user) -> list:
             "changes": inputs_diff(previous.inputs, approval.run.inputs) if previous else None,
         }
         approval.deciders = deciders.get(approval.id)
-        approval.voted = any(vote["by"] == actor for vote in approval.votes)
+        approval.voted = vote_of(approval.votes, actor) is not None
     return approvals
 
 
