@@ -14,6 +14,7 @@ import functools
 import itertools
 import json
 import re
+import time
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -38,6 +39,26 @@ def _prepared():
     connection.ensure_connection()
     raw = _NumberedCursor(connection.connection)
     return _LoggedAsWritten(raw, connection) if connection.queries_logged else connection.make_cursor(raw)
+
+
+def _pipelined(statements: list[tuple[str, list]]) -> list[list]:
+    """The statements in one round trip (psycopg's pipeline), each bound on the server and so prepared like
+    ``_prepared()``'s; each one's rows. Django's query log gets one entry, as for one statement: a round trip."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    raw, began = connection.connection, time.monotonic()
+    cursors = [connection.make_cursor(_NumberedCursor(raw)) for _ in statements]
+    with connection.wrap_database_errors:
+        with raw.pipeline():
+            for cursor, (sql, params) in zip(cursors, statements):
+                cursor.execute(sql, params)
+        results = [cursor.fetchall() for cursor in cursors]
+    for cursor in cursors:
+        cursor.close()
+    if connection.queries_logged:
+        connection.queries_log.append({"sql": "; ".join(sql for sql, _ in statements),
+                                       "time": f"{time.monotonic() - began:.3f}"})
+    return results
 
 
 class _NumberedCursor(RawCursor):
@@ -93,16 +114,12 @@ class PostgresStore(OrmStore):
         return self._together([], reads, values)
 
     def _together(self, statements: list[tuple[str, list]], reads: Reads | None, values: dict) -> list[list]:
-        """The statements, then ``reads``', sent as one on Django's client-binding cursor (PostgreSQL runs them
-        one after another); each one's rows, ``reads``' as their querysets would give them."""
+        """The statements, then ``reads``', in one round trip (``_pipelined``; PostgreSQL runs them one after
+        another); each one's rows, ``reads``' as their querysets would give them."""
         compiled = reads.compiled() if reads is not None else None
         if compiled is not None:
-            statements = [*statements, compiled.sql_and_params(reads.checked(values))]
-        with connection.cursor() as cursor:
-            cursor.execute("; ".join(sql for sql, _ in statements), [p for _, params in statements for p in params])
-            results = [cursor.fetchall()]
-            while cursor.nextset():
-                results.append(cursor.fetchall())
+            statements = [*statements, *compiled.statements_with(reads.checked(values))]
+        results = _pipelined(statements)
         if compiled is None:
             return results
         mine = len(results) - len(compiled.shapes)

@@ -3,8 +3,9 @@
 A hot request's reads are written with the ORM (the selectors' rules, one definition) by a function of
 named values (``Reads``). The ORM store runs the querysets as they are. The PostgreSQL store builds and
 compiles them once per process with a marker in place of each value (``Compiled``), then each call puts
-the values where the markers were and sends every statement in one round trip: building and compiling a
-queryset cost more Python than PostgreSQL spends answering it.
+the values where the markers were and sends every statement in one round trip (psycopg's pipeline, each
+statement prepared like the store's hot ones): building and compiling a queryset cost more Python than
+PostgreSQL spends answering it, and planning it more than running it.
 """
 
 from __future__ import annotations
@@ -72,10 +73,9 @@ class Compiled:
             self.statements.append((sql, slots))
             self.shapes.append(_Shape(queryset, compiler))
 
-    def sql_and_params(self, values: dict) -> tuple[str, list]:
-        """``values`` as ``Reads.checked`` gives them."""
-        params = [values[value] if named else value for _, slots in self.statements for named, value in slots]
-        return "; ".join(sql for sql, _ in self.statements), params
+    def statements_with(self, values: dict) -> list[tuple[str, list]]:
+        """Each statement with its parameters, ``values`` as ``Reads.checked`` gives them."""
+        return [(sql, [values[value] if named else value for named, value in slots]) for sql, slots in self.statements]
 
 
 def _marker(name: str, kind: type, n: int):

@@ -20,7 +20,15 @@ def test_bench_longpoll_prints_the_ratios_beside_waiting_leases(bench_command, c
 
 
 def test_bench_fleet_steps_agents_without_then_with_the_trace_export_and_prints_the_capacity(bench_command):
-    stdout = bench_command("fleet", "--steps", "4,8", "--step-seconds", "3", "--tracing", "both", timeout=200)
+    """On a private cluster (``--private-cluster``), which also prints PostgreSQL's figures per statement."""
+    stdout = bench_command("fleet", "--steps", "4,8", "--step-seconds", "3", "--tracing", "both", "--private-cluster",
+                           timeout=200)
+    assert re.search(r"private cluster: PostgreSQL [\d.]+ .* on 127\.0\.0\.1:\d+ with pg_stat_statements", stdout), stdout
+    statements = re.findall(r"PostgreSQL \(pg_stat_statements\): (\d+) statements, ([\d.]+) a request; executing and "
+                            r"planning ([\d.]+) ms a request", stdout)
+    assert len(statements) == 4 and all(int(n) > 0 and float(ms) > 0 for n, _, ms in statements), stdout
+    assert re.search(r"^\s+\d+%\s+\d+ .*(UPDATE|INSERT INTO) \"ledger_run\"", stdout, re.M), stdout  # an append's write
+    assert "what the bench's busy backends were doing" in stdout, stdout
     steps = re.findall(r"N=\s*(\d+), tracing (on|off): appends\s+(\d+) p95\s+([\d.]+) ms.*errors (\d+)", stdout)
     assert [(n, mode) for n, mode, *_ in steps] == [("4", "off"), ("4", "on"), ("8", "off"), ("8", "on")], stdout
     assert all(int(appends) > 0 and float(p95) > 0 and errors == "0" for *_, appends, p95, errors in steps), stdout

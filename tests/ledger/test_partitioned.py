@@ -198,6 +198,22 @@ def test_the_product_connects_without_jit():
     assert _rows("SHOW jit") == [("off",)]
 
 
+def test_the_stores_hot_statements_are_planned_once_per_connection():
+    """Prepared (after ``prepare_threshold`` runs), a hot read keeps one generic plan, its partitions pruned when
+    it runs: left to choose, PostgreSQL planned it anew each time (1.2 ms of planning for a 0.2 ms read)."""
+    assert _rows("SHOW plan_cache_mode") == [("force_generic_plan",)]
+    wf = make_workflow(stages=["build"], effect_stages=[], approval_stages=[])
+    run, _ = services.run_trigger(workflow_slug=wf.slug, inputs={}, intent="planned-once", actor="agent:a")
+    services.event_append(run_id=run.id, body={"stage": "build", "kind": "started"}, actor="agent:a")
+    for n in range(8):
+        services.event_append(run_id=run.id, body={"stage": "build", "kind": "proposed", "client_event_id": f"p{n}"},
+                              actor="agent:a")
+    plans = _rows("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                  """WHERE statement LIKE 'SELECT %%"ledger_run" r%%' OR statement LIKE 'WITH u AS (UPDATE%%'""")
+    assert len(plans) == 2, plans  # the run as read, the write
+    assert plans and all(generic >= 1 and custom == 0 for generic, custom in plans), plans
+
+
 def _key_reads(call) -> int:
     with CaptureQueriesContext(connection) as captured:
         call()

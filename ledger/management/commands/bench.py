@@ -14,6 +14,7 @@ database named in DATABASE_URL is only used to reach the server; nothing is writ
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger.ops.bench import against, agents, costs, fleet, instructions, knowledge, ledger, longpoll, pages, sweeps
+from ledger.ops.bench.cluster import private_cluster
 from ledger.ops.bench.common import BenchError, Out, scratch_database
 
 
@@ -64,6 +65,10 @@ class Command(BaseCommand):
         parser.add_argument("--tracing", choices=fleet.tracing_bench.MODES, default="off",
                             help="fleet: the trace export (SPEC §16) beside the fleet: off, on, or both (each N "
                                  "without, then with it)")
+        parser.add_argument("--private-cluster", action="store_true",
+                            help="run on a PostgreSQL cluster of the bench's own (initdb on a free port, removed at "
+                                 "the end) with pg_stat_statements, and print PostgreSQL's figures per statement "
+                                 "and what its backends waited on (fleet: per step; others: for the whole run)")
         parser.add_argument("--waiters", type=int, default=200, help="longpoll: concurrent waiting leases")
         parser.add_argument("--threads", action="store_true",
                             help="longpoll: each waiter a synchronous client on a thread of its own (else asyncio)")
@@ -77,6 +82,20 @@ class Command(BaseCommand):
                             help="instructions, costs: operations counted per loop (after a warm-up of as many, at most 50)")
 
     def handle(self, *args, **options):
+        if not options["private_cluster"]:
+            return self._bench(options, None)
+        say = Out(self.stdout)
+        try:
+            with private_cluster(say) as statements:
+                if options["target"] != "fleet":
+                    statements.reset()
+                self._bench(options, statements)
+                if options["target"] != "fleet":
+                    statements.report(say, requests=0)
+        except BenchError as exc:
+            raise CommandError(str(exc))
+
+    def _bench(self, options, statements):
         try:
             if options["target"] in ("knowledge", "sweeps", "pages"):
                 bench = {"knowledge": knowledge, "sweeps": sweeps, "pages": pages}[options["target"]]
@@ -93,7 +112,8 @@ class Command(BaseCommand):
                                            calls=options["calls"], wait=options["wait"], threads=options["threads"])
                     else:
                         fleet.run_fleet(out=self.stdout, db_name=options["db_name"], steps=_steps(options["steps"]),
-                                        seconds=options["step_seconds"], tracing=options["tracing"])
+                                        seconds=options["step_seconds"], tracing=options["tracing"],
+                                        statements=statements)
                 return
             if options["target"] == "costs":
                 if options["ops"] < 1:

@@ -323,9 +323,10 @@ def _ms(values) -> str:
 
 
 def run_fleet(*, out, db_name: str, steps=DEFAULT_STEPS, seconds: float = 30.0, warmup: float | None = None,
-              tracing: str = "off") -> Report:
+              tracing: str = "off", statements=None) -> Report:
     """``tracing``: ``off``, ``on`` (the trace export running beside the fleet) or ``both`` (each N without,
-    then with it: ``ledger.ops.bench.tracing``)."""
+    then with it: ``ledger.ops.bench.tracing``); ``statements``: a private cluster's figures
+    (``ledger.ops.bench.cluster``), printed for each step."""
     say, report = Out(out), Report()
     warmup = min(8.0, seconds / 2) if warmup is None else warmup
     tokens, owner, _ = _setup(max(steps))
@@ -348,7 +349,8 @@ def run_fleet(*, out, db_name: str, steps=DEFAULT_STEPS, seconds: float = 30.0, 
                     exporter.resume(mark_behind=tracing == "both") if mode == "on" else exporter.pause()
                 ok, errors = _step(say, report, base, web_pid, db_name, tokens[:n], owner, seconds, warmup,
                                    label=f"N={n:>5}" + (f", tracing {mode}" if tracing != "off" else ""),
-                                   exporter=exporter if mode == "on" else None, collector=collector)
+                                   exporter=exporter if mode == "on" else None, collector=collector,
+                                   statements=statements)
                 best[mode] = n if ok else best[mode]
             if not ok and errors:
                 break
@@ -366,10 +368,12 @@ def run_fleet(*, out, db_name: str, steps=DEFAULT_STEPS, seconds: float = 30.0, 
 
 
 def _step(say, report: Report, base: str, web_pid: int, db_name: str, tokens: list[str], owner: str, seconds: float,
-          warmup: float, *, label: str, exporter=None, collector=None) -> tuple[bool, int]:
+          warmup: float, *, label: str, exporter=None, collector=None, statements=None) -> tuple[bool, int]:
     """One step of ``len(tokens)`` agents: its lines printed, its row and figures in ``report``."""
     cpu = Cpu(web_pid, db_name)
     REQUESTS.clear()
+    if statements is not None:
+        statements.reset()
     cpu.start()
     generator = time.process_time()
     exported = _ticks([exporter.process.pid]) if exporter else {}
@@ -397,6 +401,8 @@ def _step(say, report: Report, base: str, web_pid: int, db_name: str, tokens: li
         requests_taken, spans = (a - b for a, b in zip(collector.taken(), taken))
         say(f"          trace export: {spans} spans in {requests_taken} requests to the collector, the exporter "
             f"{export_cores:.3f} cores (its database backend is in db)")
+    if statements is not None:
+        statements.report(say, requests)
     report.add(Row(f"fleet {label}: append p95", _ms(step.append_ms), target=f"≤ {APPEND_P95_TARGET_MS:.0f} ms",
                    verdict=verdict(ok)))
     report.figures[label] = {"append_p95_ms": p95, "trigger_p95_ms": percentile(step.trigger_ms, 95) if step.trigger_ms else None,
