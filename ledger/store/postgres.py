@@ -18,7 +18,7 @@ import time
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 from django.db.backends.utils import CursorDebugWrapper
 from django.db.models import Q
 from psycopg import RawCursor
@@ -35,28 +35,30 @@ _INTENT_OF = f"SELECT intent FROM {RunKey._meta.db_table} WHERE run_id = %s"
 def _prepared():
     """A Django cursor over a server-binding psycopg cursor: its statements are prepared per connection
     after ``prepare_threshold`` runs (settings; Django's own cursors bind on the client and never are)."""
-    connection.close_if_health_check_failed()  # (as Django's own cursor() does: a restart's dead connection)
-    connection.ensure_connection()
-    raw = _NumberedCursor(connection.connection)
-    return _LoggedAsWritten(raw, connection) if connection.queries_logged else connection.make_cursor(raw)
+    db = connections[DEFAULT_DB_ALIAS]  # (once: each access through ``connection`` looks up the thread's)
+    db.close_if_health_check_failed()  # (as Django's own cursor() does: a restart's dead connection)
+    db.ensure_connection()
+    raw = _NumberedCursor(db.connection)
+    return _LoggedAsWritten(raw, db) if db.queries_logged else db.make_cursor(raw)
 
 
 def _pipelined(statements: list[tuple[str, list]]) -> list[list]:
     """The statements in one round trip (psycopg's pipeline), each bound on the server and so prepared like
     ``_prepared()``'s; each one's rows. Django's query log gets one entry, as for one statement: a round trip."""
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    raw, began = connection.connection, time.monotonic()
-    cursors = [connection.make_cursor(_NumberedCursor(raw)) for _ in statements]
-    with connection.wrap_database_errors:
+    db = connections[DEFAULT_DB_ALIAS]
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    raw, began = db.connection, time.monotonic()
+    cursors = [db.make_cursor(_NumberedCursor(raw)) for _ in statements]
+    with db.wrap_database_errors:
         with raw.pipeline():
             for cursor, (sql, params) in zip(cursors, statements):
                 cursor.execute(sql, params)
         results = [cursor.fetchall() for cursor in cursors]
     for cursor in cursors:
         cursor.close()
-    if connection.queries_logged:
-        connection.queries_log.append({"sql": "; ".join(sql for sql, _ in statements),
+    if db.queries_logged:
+        db.queries_log.append({"sql": "; ".join(sql for sql, _ in statements),
                                        "time": f"{time.monotonic() - began:.3f}"})
     return results
 
@@ -230,13 +232,14 @@ class PostgresStore(OrmStore):
             return False if unless_changed is not None else super().run_write(run, changed, events, checkpoints,
                                                                                spend=spend)
         groups = [objs for objs in (events, checkpoints) if objs]
-        params = [field.get_db_prep_save(getattr(run, field.attname), connection) for field in _run_fields(changed)]
+        db = connections[DEFAULT_DB_ALIAS]
+        params = [field.get_db_prep_save(getattr(run, field.attname), db) for field in _run_fields(changed)]
         params += [run.pk, run.intent, *([unless_changed] if unless_changed is not None else [])]
         params += [value for objs in groups for value in _insert_values(objs)]
         params += list(spend or ())
         sql = _write_statement(tuple((type(objs[0]), len(objs)) for objs in groups), tuple(changed),
                                unless_changed is not None, spend is not None)
-        guarded_in_transaction = unless_changed is not None and connection.in_atomic_block
+        guarded_in_transaction = unless_changed is not None and db.in_atomic_block
         try:  # (inside a caller's transaction, a savepoint keeps a refused statement from ending it)
             with transaction.atomic() if guarded_in_transaction else contextlib.nullcontext(), _prepared() as cursor:
                 cursor.execute(sql, params)
@@ -313,7 +316,8 @@ def _insert_values(objs: list) -> list:
     """The values of ``objs`` in ``_write_statement``'s column order, prepared as the ORM's INSERT prepares
     them (``pre_save``, then ``get_db_prep_save``)."""
     fields = _inserted_fields(type(objs[0]))
-    return [field.get_db_prep_save(field.pre_save(obj, True), connection) for obj in objs for field in fields]
+    db = connections[DEFAULT_DB_ALIAS]
+    return [field.get_db_prep_save(field.pre_save(obj, True), db) for obj in objs for field in fields]
 
 
 @functools.lru_cache(maxsize=256)
