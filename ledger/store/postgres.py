@@ -21,7 +21,7 @@ from django.contrib.auth.models import Group
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 from django.db.backends.utils import CursorDebugWrapper
 from django.db.models import Q
-from psycopg import RawCursor
+from psycopg import ClientCursor, RawCursor
 
 from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
 from ledger.store.orm import SPEND_UPSERT, OrmStore
@@ -57,8 +57,9 @@ def _pipelined(statements: list[tuple[str, list]]) -> list[list]:
         results = [cursor.fetchall() for cursor in cursors]
     for cursor in cursors:
         cursor.close()
-    if db.queries_logged:
-        db.queries_log.append({"sql": "; ".join(sql for sql, _ in statements),
+    if db.queries_logged:  # (with the values written in, as Django logs its own cursors' statements)
+        written = ClientCursor(raw)
+        db.queries_log.append({"sql": "; ".join(written.mogrify(sql, params) for sql, params in statements),
                                        "time": f"{time.monotonic() - began:.3f}"})
     return results
 
