@@ -2,7 +2,7 @@
 append's write in one statement, and the hot path's reads (a run with its workflow, a token with its
 user, a run's key) written out as SQL.
 
-The hot statements go through ``_prepared()``: a cursor that binds its parameters on the server, so
+The hot statements go through ``cursors.prepared()``: a cursor that binds its parameters on the server, so
 psycopg prepares each statement on a connection once it has run there a few times
 (``prepare_threshold``) and PostgreSQL stops planning it (planning a statement over sixteen partitions
 cost more than running it)."""
@@ -13,80 +13,20 @@ import contextlib
 import functools
 import itertools
 import json
-import re
-import time
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
-from django.db.backends.utils import CursorDebugWrapper
 from django.db.models import Q
-from psycopg import ClientCursor, RawCursor
 
 from ledger.models import HOLDING_STATES, ApiToken, Checkpoint, Effect, EffectKey, LedgerEvent, Run, RunKey, Workflow
+from ledger.store.cursors import pipelined, prepared
 from ledger.store.orm import SPEND_UPSERT, OrmStore
 from ledger.store.reads import Reads
 from stateboard.waits import CHANNEL
 
 _COMBINATIONS = 16  # the objects one attribute filter's containment ORs at most
 _INTENT_OF = f"SELECT intent FROM {RunKey._meta.db_table} WHERE run_id = %s"
-
-
-def _prepared():
-    """A Django cursor over a server-binding psycopg cursor: its statements are prepared per connection
-    after ``prepare_threshold`` runs (settings; Django's own cursors bind on the client and never are)."""
-    db = connections[DEFAULT_DB_ALIAS]  # (once: each access through ``connection`` looks up the thread's)
-    db.close_if_health_check_failed()  # (as Django's own cursor() does: a restart's dead connection)
-    db.ensure_connection()
-    raw = _NumberedCursor(db.connection)
-    return _LoggedAsWritten(raw, db) if db.queries_logged else db.make_cursor(raw)
-
-
-def _pipelined(statements: list[tuple[str, list]]) -> list[list]:
-    """The statements in one round trip (psycopg's pipeline), each bound on the server and so prepared like
-    ``_prepared()``'s; each one's rows. Django's query log gets one entry, as for one statement: a round trip."""
-    db = connections[DEFAULT_DB_ALIAS]
-    db.close_if_health_check_failed()
-    db.ensure_connection()
-    raw, began = db.connection, time.monotonic()
-    cursors = [db.make_cursor(_NumberedCursor(raw)) for _ in statements]
-    with db.wrap_database_errors:
-        with raw.pipeline():
-            for cursor, (sql, params) in zip(cursors, statements):
-                cursor.execute(sql, params)
-        results = [cursor.fetchall() for cursor in cursors]
-    for cursor in cursors:
-        cursor.close()
-    if db.queries_logged:  # (with the values written in, as Django logs its own cursors' statements)
-        written = ClientCursor(raw)
-        db.queries_log.append({"sql": "; ".join(written.mogrify(sql, params) for sql, params in statements),
-                                       "time": f"{time.monotonic() - began:.3f}"})
-    return results
-
-
-class _NumberedCursor(RawCursor):
-    """The store's statements, written with ``%s``, sent with PostgreSQL's own ``$n`` placeholders numbered
-    once per text: psycopg parses a statement's placeholders on every call once it has more than 50
-    parameters (an append's write has ~60), which cost a seventh of an append's CPU."""
-
-    def execute(self, query, params=None, **kwargs):
-        return super().execute(_numbered(query), params, **kwargs)
-
-
-@functools.lru_cache(maxsize=1024)  # the store's statements: a few dozen texts
-def _numbered(query: str) -> str:
-    if "%" in query.replace("%s", ""):
-        raise ValueError("The store's statements hold no % but their %s placeholders.")
-    numbers = itertools.count(1)
-    return re.sub("%s", lambda _: f"${next(numbers)}", query)
-
-
-class _LoggedAsWritten(CursorDebugWrapper):
-    """Django's query log of a server-binding cursor: the statement as written (psycopg keeps no text of a
-    prepared one for Django's ``last_executed_query``)."""
-
-    def debug_sql(self, sql=None, params=None, use_last_executed_query=False, many=False):
-        return super().debug_sql(sql, params, use_last_executed_query=False, many=many)
 
 
 class PostgresStore(OrmStore):
@@ -122,7 +62,7 @@ class PostgresStore(OrmStore):
         compiled = reads.compiled() if reads is not None else None
         if compiled is not None:
             statements = [*statements, *compiled.statements_with(reads.checked(values))]
-        results = _pipelined(statements)
+        results = pipelined(statements)
         if compiled is None:
             return results
         mine = len(results) - len(compiled.shapes)
@@ -130,7 +70,7 @@ class PostgresStore(OrmStore):
 
     def token_read(self, key_hash: str) -> tuple[ApiToken | None, list[str]]:
         """One statement: the token, its user and the user's group names (an array subquery)."""
-        with _prepared() as cursor:
+        with prepared() as cursor:
             cursor.execute(_TOKEN_SELECT, [key_hash])
             row = cursor.fetchone()
         if row is None:
@@ -151,19 +91,19 @@ class PostgresStore(OrmStore):
         small unpartitioned table)."""
         if known is not None:
             return known
-        with _prepared() as cursor:
+        with prepared() as cursor:
             cursor.execute(_INTENT_OF, [run_id])
             row = cursor.fetchone()
         return row[0] if row else None
 
     def workflows_agents(self, slugs: list[str]) -> dict[str, list[str]]:
-        with _prepared() as cursor:
+        with prepared() as cursor:
             cursor.execute(_WORKFLOWS_AGENTS, [list(slugs)])
             return {slug: json.loads(agents) for slug, agents in cursor.fetchall()}  # (jsonb comes as text)
 
     def run_by_trigger_key(self, workflow_slug: str, trigger_key: str) -> Run | None:
         """One statement through the key table."""
-        with _prepared() as cursor:
+        with prepared() as cursor:
             cursor.execute(_BY_TRIGGER_KEY, [workflow_slug, trigger_key])
             row = cursor.fetchone()
         if row is None:
@@ -174,7 +114,7 @@ class PostgresStore(OrmStore):
 
     def run_peek(self, run_id) -> Run | None:
         """One statement through the run's key: the run with its workflow, unlocked, and its row version."""
-        with _prepared() as cursor:
+        with prepared() as cursor:
             cursor.execute(_RUN_PEEK, [run_id])
             row = cursor.fetchone()
         return _run_of(row, version=True) if row else None
@@ -187,14 +127,14 @@ class PostgresStore(OrmStore):
 
     def run_queued_lock(self, *, agent: str, workflows: list[str] | None, now) -> Run | None:
         """One statement (the allow-lists read in it): the earliest-queued run, locked ``SKIP LOCKED``."""
-        with _prepared() as cursor:
+        with prepared() as cursor:
             cursor.execute(_QUEUED_SELECT, [now, list(HOLDING_STATES), workflows or None, workflows or None, agent])
             row = cursor.fetchone()
         return _run_of(row) if row else None
 
     def run_queued_left(self, *, workflow: str, now) -> bool:
         """One statement: a queued run of ``workflow`` that no transaction is taking (``SKIP LOCKED``)."""
-        with _prepared() as cursor:
+        with prepared() as cursor:
             cursor.execute(_QUEUED_LEFT, [now, list(HOLDING_STATES), workflow])
             return cursor.fetchone() is not None
 
@@ -242,7 +182,7 @@ class PostgresStore(OrmStore):
                                unless_changed is not None, spend is not None)
         guarded_in_transaction = unless_changed is not None and db.in_atomic_block
         try:  # (inside a caller's transaction, a savepoint keeps a refused statement from ending it)
-            with transaction.atomic() if guarded_in_transaction else contextlib.nullcontext(), _prepared() as cursor:
+            with transaction.atomic() if guarded_in_transaction else contextlib.nullcontext(), prepared() as cursor:
                 cursor.execute(sql, params)
                 updated, *ids = cursor.fetchone()
         except IntegrityError:
@@ -261,7 +201,7 @@ class PostgresStore(OrmStore):
         and server checkpoints, as data-modifying CTEs, its text built once per shape and prepared."""
         groups = [objs for objs in (events, checkpoints) if objs]
         params = _insert_values([run]) + [value for objs in groups for value in _insert_values(objs)]
-        with _prepared() as cursor:
+        with prepared() as cursor:
             cursor.execute(_insert_statement(tuple((type(objs[0]), len(objs)) for objs in groups)), params)
             ids = cursor.fetchone()
         run._state.adding, run._state.db = False, DEFAULT_DB_ALIAS
@@ -424,7 +364,7 @@ def _run_row(run_id, intent: str, *, lock: bool, client_event_id: str | None = N
     sql = _RUN_SELECT.format(extra=_EVENT_LOOKUP if client_event_id is not None else "",
                              lock=" FOR UPDATE OF r" if lock else "")
     params = [intent, client_event_id, intent] if client_event_id is not None else []  # named: one partition
-    with _prepared() as cursor:
+    with prepared() as cursor:
         cursor.execute(sql, [*params, run_id, intent])
         row = cursor.fetchone()
     if row is None:

@@ -90,11 +90,11 @@ def test_a_trigger_waiting_on_the_intents_lock_reads_the_goal_committed_meanwhil
 
 @pytest.mark.postgres
 def test_the_stores_statements_are_numbered_once_and_hold_no_other_percent_sign():
-    from ledger.store.postgres import _numbered
+    from ledger.store.cursors import numbered
 
-    assert _numbered("SELECT %s, %s FROM t WHERE a = %s") == "SELECT $1, $2 FROM t WHERE a = $3"
+    assert numbered("SELECT %s, %s FROM t WHERE a = %s") == "SELECT $1, $2 FROM t WHERE a = $3"
     with pytest.raises(ValueError):
-        _numbered("SELECT %s FROM t WHERE name LIKE 'a%'")
+        numbered("SELECT %s FROM t WHERE name LIKE 'a%'")
 
 
 @pytest.mark.postgres
