@@ -312,7 +312,7 @@ def run_trigger(*, workflow_slug: str, inputs, intent: str | None = None, trigge
 
 
 def _decision_latency_record(run: Run, arrived: float) -> None:
-    Run.objects.filter(id=run.id, intent=run.intent).update(decision_latency_ms=(time.monotonic() - arrived) * 1000)
+    store().decision_latency_write(run, (time.monotonic() - arrived) * 1000)
 
 
 class _InsertRefused(Exception):

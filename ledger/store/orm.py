@@ -60,6 +60,10 @@ class OrmStore:
         committed before it ran."""
         return [list(queryset) for queryset in reads.querysets(values)]
 
+    def decision_latency_write(self, run: Run, ms: float) -> None:
+        """A new run's trigger latency (docs/decisions.md), written once its trigger has committed."""
+        Run.objects.filter(id=run.id, intent=run.intent).update(decision_latency_ms=ms)
+
     def queued_announce(self, workflow_slug: str) -> None:
         """Tell waiting lease calls, once the transaction commits, that a run of the workflow is queued
         (nothing to tell here: without NOTIFY they poll, ``stateboard.waits``)."""
