@@ -14,12 +14,19 @@ from django.db.backends.utils import CursorDebugWrapper
 from psycopg import ClientCursor, RawCursor
 
 
+def _connected():
+    """The default connection, looked up once (each attribute read through Django's ``connection`` proxy looks
+    up the thread's again), made sure of as Django's own ``cursor()`` does (a restart's dead connection)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    return db
+
+
 def prepared():
     """A Django cursor over a server-binding psycopg cursor: its statements are prepared per connection
     after ``prepare_threshold`` runs (settings; Django's own cursors bind on the client and never are)."""
-    db = connections[DEFAULT_DB_ALIAS]  # (once: each access through ``connection`` looks up the thread's)
-    db.close_if_health_check_failed()  # (as Django's own cursor() does: a restart's dead connection)
-    db.ensure_connection()
+    db = _connected()
     raw = NumberedCursor(db.connection)
     return LoggedAsWritten(raw, db) if db.queries_logged else db.make_cursor(raw)
 
@@ -27,22 +34,22 @@ def prepared():
 def pipelined(statements: list[tuple[str, list]]) -> list[list]:
     """The statements in one round trip (psycopg's pipeline), each bound on the server and so prepared like
     ``prepared()``'s; each one's rows. Django's query log gets one entry, as for one statement: a round trip."""
-    db = connections[DEFAULT_DB_ALIAS]
-    db.close_if_health_check_failed()
-    db.ensure_connection()
+    db = _connected()
     raw, began = db.connection, time.monotonic()
     cursors = [db.make_cursor(NumberedCursor(raw)) for _ in statements]
-    with db.wrap_database_errors:
-        with raw.pipeline():
-            for cursor, (sql, params) in zip(cursors, statements):
-                cursor.execute(sql, params)
-        results = [cursor.fetchall() for cursor in cursors]
-    for cursor in cursors:
-        cursor.close()
+    try:
+        with db.wrap_database_errors:
+            with raw.pipeline():
+                for cursor, (sql, params) in zip(cursors, statements):
+                    cursor.execute(sql, params)
+            results = [cursor.fetchall() for cursor in cursors]
+    finally:
+        for cursor in cursors:
+            cursor.close()
     if db.queries_logged:  # (with the values written in, as Django logs its own cursors' statements)
         written = ClientCursor(raw)
         db.queries_log.append({"sql": "; ".join(written.mogrify(sql, params) for sql, params in statements),
-                                       "time": f"{time.monotonic() - began:.3f}"})
+                               "time": f"{time.monotonic() - began:.3f}"})
     return results
 
 
