@@ -71,6 +71,27 @@ def page(browser, request, outside_requests, tmp_path):
     assert outside_requests == [], f"requests left the server: {outside_requests}"
 
 
+class PageClock:
+    """The page's clock (Playwright's): its timers, htmx's refreshes every few seconds among them, run when the
+    test moves the clock on instead of after real seconds. Time also goes on as usual meanwhile."""
+
+    def __init__(self, page):
+        self.page = page
+        page.clock.install()  # before the test's first page: every page of the context runs on it
+
+    def run_for(self, ms: int) -> None:
+        """``ms`` of the page's time at once, each timer due in it fired; then wait until every htmx request
+        they sent is answered and handled (htmx takes ``htmx-request`` off once the answer is swapped in)."""
+        self.page.clock.run_for(ms)
+        self.page.wait_for_function("() => document.querySelector('.htmx-request') === null")
+
+
+@pytest.fixture
+def clock(page):
+    """A page whose clock the test moves on (``PageClock``): a wait for the pages' refreshes takes no time."""
+    return PageClock(page)
+
+
 @pytest.fixture
 def log_in(live_server, page):
     """Log a new operator in through the real login form; returns the user."""

@@ -44,11 +44,13 @@ class HeldRefreshes:
             route.continue_()
 
     def under_way(self):
-        """Wait for the next refresh to be sent and read (every 5 s while something is pending)."""
-        for _ in range(300):
+        """Wait for the next refresh to be sent and read (every 5 s while something is pending): the page's
+        clock (conftest ``clock``) is moved on a quarter of a second at a time until one is."""
+        for _ in range(60):
             if self.held:
                 return
-            self.page.wait_for_timeout(50)
+            self.page.clock.run_for(250)
+            self.page.wait_for_timeout(20)
         raise AssertionError("the inbox sent no refresh in 15 s")
 
     def release(self):
@@ -64,7 +66,7 @@ class HeldRefreshes:
 
 
 @pytest.fixture
-def refreshes(page):
+def refreshes(page, clock):  # (the clock installed: under_way moves it on to the next refresh)
     return HeldRefreshes(page)
 
 
@@ -165,10 +167,11 @@ def test_a_viewer_sees_no_buttons(live_server, page, log_in, two_requests):
 
 
 def test_a_reason_typed_at_human_speed_survives_the_refresh_and_no_page_logs_an_error(
-        live_server, page, log_in, two_requests):
-    """The inbox refreshes every 5 s, but not while someone types in it: a reason typed over 12 s stays,
-    and Reject then sends it. The Content-Security-Policy forbids eval, so the pause lives in app.js (an
-    htmx trigger filter would be dropped, with an EvalError on every poll)."""
+        live_server, page, clock, log_in, two_requests):
+    """The inbox refreshes every 5 s, but not while someone types in it: a reason typed over 12 s stays (no
+    refresh is even sent), and Reject then sends it. The Content-Security-Policy forbids eval, so the pause
+    lives in app.js (an htmx trigger filter would be dropped, with an EvalError on every poll). The page's
+    clock is moved on (conftest ``clock``): its 12 s and each refresh take no real time."""
     errors = []
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     page.on("pageerror", lambda error: errors.append(str(error)))
@@ -177,9 +180,18 @@ def test_a_reason_typed_at_human_speed_survives_the_refresh_and_no_page_logs_an_
     page.click("nav >> text=Approvals")
     reason = row(page, approval).locator("[data-reject-reason]")
     reason.click()
-    reason.press_sequentially("not before the audit", delay=600, timeout=30000)  # 20 keys over 12 s: two polls
-    page.wait_for_timeout(5500)  # and one more poll while it sits typed
+    page.wait_for_load_state("load")  # htmx has set up the page's refresh
+    page.evaluate("""document.addEventListener("htmx:beforeRequest", (event) => {
+        if (event.detail.elt.hasAttribute("data-refresh-when-idle")) { window.__due = (window.__due || 0) + 1; }
+    })""")  # each refresh due, whether app.js calls it off or not
+    sent = []
+    page.on("request", lambda request: sent.append(request.url) if _refresh(request) else None)
+    for key in "not before the audit":  # 20 keys, one every 600 ms: 12 s, two refreshes due
+        reason.press_sequentially(key)
+        clock.run_for(600)
+    clock.run_for(5500)  # and one more refresh due while it sits typed
     expect(reason).to_have_value("not before the audit")
+    assert page.evaluate("window.__due") == 3 and sent == [], (page.evaluate("window.__due"), sent)
 
     page.once("dialog", lambda dialog: dialog.accept())
     row(page, approval).locator("[data-action=reject]").click()
@@ -187,5 +199,5 @@ def test_a_reason_typed_at_human_speed_survives_the_refresh_and_no_page_logs_an_
     assert Approval.objects.get(id=approval["id"]).reason == "not before the audit"
     for path in ("/approvals/", "/oncall/", "/"):
         page.goto(f"{live_server.url}{path}")
-        page.wait_for_timeout(5600)  # past a poll
+        clock.run_for(5600)  # past a poll
     assert errors == [], errors

@@ -27,7 +27,7 @@ def panels_agree(page, state: str):
     expect(page.locator("#event-list .polling .badge, #run-badge").first).to_have_text(state)
 
 
-def test_live_run_page_follows_a_run_through_three_stages(live_server, page, log_in):
+def test_live_run_page_follows_a_run_through_three_stages(live_server, page, clock, log_in):
     wf = make_workflow(stages=["build", "test", "push"], effect_stages=["push"], approval_stages=[])
     agent = agent_driver(wf)
     run = agent.trigger(intent="live", inputs={"intent": "live"})
@@ -39,6 +39,7 @@ def test_live_run_page_follows_a_run_through_three_stages(live_server, page, log
 
     for stage, effect in (("build", False), ("test", False)):
         agent.pass_stage(run["id"], stage, effect_stage=effect)
+        clock.run_for(3000)  # the page's next refresh (every 3 s), at once (conftest ``clock``)
         panels_agree(page, "checkpointed")
         expect(page.locator(f"#stages-panel tr[data-stage={stage}]")).to_have_attribute("data-status", "succeeded")
         latest = Run.objects.get(id=run["id"]).event_count
@@ -46,6 +47,7 @@ def test_live_run_page_follows_a_run_through_three_stages(live_server, page, log
         expect(page.locator("#checkpoint-panel [data-checkpoint-stage]")).to_have_text(stage)
 
     agent.pass_stage(run["id"], "push", effect_stage=True)
+    clock.run_for(3000)
     panels_agree(page, "completed")
     expect(page.locator("#stages-panel tr[data-stage=push]")).to_have_attribute("data-status", "verified")
     expect(page.locator("#effects-panel tr[data-effect=push]")).to_contain_text("verified")
@@ -79,7 +81,7 @@ def test_approve_from_the_inbox_with_the_keyboard(live_server, page, log_in):
     expect(page.locator(f"#approval-{other} [data-reject-reason]")).to_be_focused()
 
 
-def test_bulk_retry_shows_its_preview_then_acts(live_server, page, log_in):
+def test_bulk_retry_shows_its_preview_then_acts(live_server, page, clock, log_in):
     """Ticked rows stay ticked through the page's refreshes (app.js pauses the poll: a trigger filter would
     need eval, which the CSP forbids), and the bulk retry then acts on both, with no console error."""
     errors = []
@@ -91,7 +93,7 @@ def test_bulk_retry_shows_its_preview_then_acts(live_server, page, log_in):
     page.goto(f"{live_server.url}/oncall/")
     for run in runs:
         page.locator(f"#oncall-{run['id']} input[name=run]").check()
-    page.wait_for_timeout(11_000)  # two polls' worth
+    clock.run_for(11_000)  # two polls' worth (the page's clock moved on: conftest ``clock``)
     for run in runs:
         expect(page.locator(f"#oncall-{run['id']} input[name=run]")).to_be_checked()
     page.locator("[data-preview]").click()

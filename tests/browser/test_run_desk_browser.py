@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(trans
 ERROR = "FAILED tests/test_login.py::test_redirect - AssertionError: 302 != 200\nAuthorization: Bearer s3cr3t-t0ken"
 
 
-def test_escalated_run_page_is_the_oncall_desk(live_server, page, log_in, tmp_path):
+def test_escalated_run_page_is_the_oncall_desk(live_server, page, clock, log_in, tmp_path):
     agent = agent_driver(escalation_workflow())
     failed = agent.trigger(intent="nightly", inputs={"intent": "nightly"})
     agent.event(failed["id"], "build", "started")
@@ -39,7 +39,7 @@ def test_escalated_run_page_is_the_oncall_desk(live_server, page, log_in, tmp_pa
     assert box["x"] + box["width"] <= card["x"] + card["width"] + 1, (box, card)
 
     desk.locator("input[name=reason]").fill("typed while the page refreshes")
-    page.wait_for_timeout(3500)  # one live refresh: the desk and the reason typed stay
+    clock.run_for(3500)  # one live refresh (the page's clock moved on: conftest ``clock``): the desk and the reason typed stay
     expect(desk.locator("input[name=reason]")).to_have_value("typed while the page refreshes")
     shots = Path(os.environ.get("STATEBOARD_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,45 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # `manage.py up` with its web server, worker and beat processes
 
 
+def embedded_env(var_dir: Path) -> dict:
+    """The environment of a newcomer's `up`: no DATABASE_URL nor broker (SQLite and the file broker in ``var_dir``)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
+    env["STATEBOARD_VAR_DIR"] = str(var_dir)
+    return env
+
+
+def migrated_database_in(var_dir: Path) -> Path:
+    """``var_dir`` holding a copy of an embedded database `migrate` has brought up to date, so an `up` started on
+    it has nothing to migrate: the tests of what `up` does once it serves skip the migrations (the first test
+    here migrates a new one, as a newcomer's `up` does). Made once per machine and state of the migrations
+    (tests/template_db.py's name for it), under a lock: every test process copies the same file."""
+    import fcntl
+    import shutil
+    import sqlite3
+    import tempfile
+    from contextlib import closing
+
+    from tests.template_db import template_name
+
+    template = Path(tempfile.gettempdir()) / f"{template_name()}.sqlite3"
+    with open(f"{template}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test process making it: wait, then copy
+        if not template.exists():
+            build = Path(tempfile.mkdtemp(prefix="stateboard-sqlite-template-"))
+            made = subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=embedded_env(build),
+                                  capture_output=True, text=True, timeout=300)
+            assert made.returncode == 0, made.stdout + made.stderr
+            with closing(sqlite3.connect(build / "stateboard.sqlite3")) as db:
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the file itself, none in its WAL
+            shutil.move(build / "stateboard.sqlite3", f"{template}.new")
+            os.replace(f"{template}.new", template)
+            shutil.rmtree(build, ignore_errors=True)
+    var_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, var_dir / "stateboard.sqlite3")
+    return var_dir
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -96,9 +135,7 @@ def test_up_restarts_a_worker_killed_under_it(tmp_path):
     """SIGKILL the Celery worker `up` started: `up` says so, starts a new one and keeps serving."""
     import signal
 
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
-    env["STATEBOARD_VAR_DIR"] = str(tmp_path)
+    env = embedded_env(migrated_database_in(tmp_path))
     log = tmp_path / "up.log"
     with open(log, "wb") as out:
         up = subprocess.Popen([sys.executable, "manage.py", "up", "--no-demo", "--port", str(_free_port())],
@@ -145,9 +182,7 @@ def test_up_killed_with_sigkill_takes_every_process_it_started_with_it(tmp_path)
     import signal
     import time
 
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
-    env.update(STATEBOARD_VAR_DIR=str(tmp_path), WEB_WORKERS="1")
+    env = {**embedded_env(migrated_database_in(tmp_path)), "WEB_WORKERS": "1"}
     port, log = _free_port(), tmp_path / "up.log"
     with open(log, "wb") as out:
         up = subprocess.Popen([sys.executable, "manage.py", "up", "--no-demo", "--port", str(port)],

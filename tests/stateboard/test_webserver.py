@@ -9,7 +9,15 @@ import sys
 import pytest
 
 from stateboard import webserver
-from tests.stateboard.test_up import ROOT, _children, _free_port, _running, _wait_for
+from tests.stateboard.test_up import (
+    ROOT,
+    _children,
+    _free_port,
+    _running,
+    _wait_for,
+    embedded_env,
+    migrated_database_in,
+)
 
 
 def test_the_command_is_granian_unless_told_otherwise(monkeypatch):
@@ -119,9 +127,7 @@ def test_up_stops_during_a_long_poll_and_leaves_no_web_process_behind(tmp_path):
     import threading
     import time
 
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
-    env.update(STATEBOARD_VAR_DIR=str(tmp_path), WEB_WORKERS="1", WEB_THREADS="2")
+    env = {**embedded_env(migrated_database_in(tmp_path)), "WEB_WORKERS": "1", "WEB_THREADS": "2"}
     port = _free_port()
     log = tmp_path / "up.log"
     with open(log, "wb") as out:

@@ -92,7 +92,7 @@ def run(*, out, scale: float = 1.0, skip_http: bool = False, skip_load: bool = F
                     _http(report, say, db_name=db_name, reps=reps, duration=duration, clients=clients)
                 _statements(report, say)
             if not skip_load:
-                _decisions(report, say, scale=scale, reps=reps)
+                _decisions(report, say, scale=scale, reps=reps, duration=duration)
     finally:
         settings.DEBUG = debug_was
     _summary(report, say, time.perf_counter() - t_start)
@@ -271,7 +271,7 @@ def _statements(report: Report, say: Out) -> None:
         report.add(Row(f"statements: {label}", str(counted), "", "", "(info)", ""))
 
 
-def _decisions(report: Report, say: Out, *, scale: float, reps: int) -> None:
+def _decisions(report: Report, say: Out, *, scale: float, reps: int, duration: float) -> None:
     say("")
     say("== recovery decision latency (read path: workflow + holding runs + recovery_input_gather + "
         "recovery_decide; full: run_trigger rolled back) ==")
@@ -287,14 +287,14 @@ def _decisions(report: Report, say: Out, *, scale: float, reps: int) -> None:
     small_total = dict(loader.totals)
     small = decisions.measure_decisions(loader, reps, per_rep, seed=1)
     _say_latency(say, small_total, small, f"{reps} x {per_rep} decisions")
-    small_append = _append_rate(say, reps)
+    small_append = _append_rate(say, reps, duration)
     say(f"loading ~{full_events:,} events / {full_runs:,} runs by COPY (progress every ~5 s) ...")
     loader.load(events_target=full_events - small_total["events"], runs_target=full_runs - small_total["runs"],
                 label="full")
     big_total = dict(loader.totals)
     big = decisions.measure_decisions(loader, reps, per_rep, seed=2)
     _say_latency(say, big_total, big, f"{reps} x {per_rep} decisions")
-    big_append = _append_rate(say, reps)
+    big_append = _append_rate(say, reps, duration)
     seq_scans = decisions.explain_decision(loader, say)
     growth = ratio(big["read_p95"], small["read_p95"])
     report.figures.update({
@@ -321,10 +321,13 @@ def _decisions(report: Report, say: Out, *, scale: float, reps: int) -> None:
                    f"{big['full_p95']:.2f} ms", "", f"{ratio(big['full_p95'], small['full_p95']):.2f}x", "(info)", ""))
 
 
-def _append_rate(say: Out, reps: int) -> float:
+APPEND_RATE_SECONDS = 2.0  # each measurement of the plain append's rate beside the loaded history (less if --duration is)
+
+
+def _append_rate(say: Out, reps: int, duration: float) -> float:
     """A plain append's rate through the service layer, one client, with the ledger as loaded now."""
     appends.stream_workflow()
-    rates = [appends.measure_service_plain(1, 2.0).rate for _ in range(max(1, reps))]
+    rates = [appends.measure_service_plain(1, min(APPEND_RATE_SECONDS, duration)).rate for _ in range(max(1, reps))]
     say(f"  plain append, 1 client: {rate(median(rates))}")
     return median(rates)
 

@@ -1,0 +1,125 @@
+"""The order the xdist workers run the tests in (the plugin ``LongestFirst``, registered by tests/conftest.py).
+
+``--dist worksteal`` hands each of the N workers one contiguous Nth of the collection, then lets a worker that ran
+out take the back half of another's queue (the tests not started yet). A long test near the end of a worker's share
+starts late and runs on alone after the others are done: the run's tail. So each share starts with its long tests,
+longest first, with its quick tests spread between them (the long ones mostly wait on processes, servers or a
+browser; the quick ones use the cores meanwhile), and ends with a third of its quick tests, which idle workers
+take over. Which share gets which long test: the least loaded so far, longest test first. Only the order changes,
+never what runs; ``-n 0``, another ``--dist`` and ``-m "not slow"`` (nothing long) keep the collection's order.
+"""
+
+import pytest
+
+# Seconds each of the longest tests takes alone (`-n 0` on this 2-core machine, 2026-12-08; beside the other
+# workers they take up to twice as long): a nodeid, or a nodeid before its parameters to cover each of them. Any
+# other `slow` test counts as SLOW_SECONDS, any other test as QUICK_SECONDS. A name no longer here only loses its
+# place. test_multi_instance waits for the next minute's tick of two beats: 5 to 65 s.
+LONGEST_SECONDS = {
+    "tests/stateboard/test_multi_instance.py::test_two_webs_two_workers_two_beats_on_one_database": 64,
+    "tests/bench/test_fleet.py::test_bench_fleet_steps_agents_without_then_with_the_trace_export_and_prints_the_capacity": 33,
+    "tests/stateboard/test_up.py::test_up_migrates_seeds_and_serves_on_sqlite": 31,
+    "tests/bench/test_instructions.py::test_bench_instructions_counts_each_loop": 21,
+    "tests/ledger/test_demo.py::test_demo_once_produces_every_promised_fault": 17,
+    "tests/ledger/test_replay_eval.py::test_replay_eval_passes_records_accuracy_and_metrics_show_it": 15,
+    "tests/bench/test_ledger.py::test_bench_ledger_prints_positive_figures": 15,
+    "tests/stateboard/test_webserver.py::test_the_server_keeps_connections_and_outlives_a_killed_worker": 12,
+    "tests/stateboard/test_webserver.py::test_up_stops_during_a_long_poll_and_leaves_no_web_process_behind": 12,
+    "tests/ledger/test_goals_rollback_property.py::test_histories_with_goal_changes_and_rollbacks_keep_their_promises": 10,
+    "tests/bench/test_pages.py::test_bench_pages_prints_every_page": 10,
+    "tests/bench/test_fleet.py::test_bench_longpoll_prints_the_ratios_beside_waiting_leases": 10,
+    "tests/stateboard/test_web_tier.py::test_two_hundred_agents_long_polling_on_threads_are_each_answered_in_time": 9,
+    "tests/bench/test_knowledge.py::test_bench_prints_the_figures_and_cleans_up": 8,
+    "tests/stateboard/test_page_fuzz.py::test_hostile_paging_parameters_on_any_page_never_answer_a_server_error": 8,
+    "tests/stateboard/test_up.py::test_up_restarts_a_worker_killed_under_it": 7,
+    "tests/stateboard/test_up.py::test_up_killed_with_sigkill_takes_every_process_it_started_with_it": 7,
+}
+SLOW_SECONDS = 5.0
+QUICK_SECONDS = 0.1
+LONG = SLOW_SECONDS  # a unit of tests this long or longer is placed as a long one
+QUICK_END = 3  # the last third of a share's quick tests come after its long ones (a margin for a long test
+#                that takes longer than its estimate: it still ends before the share does)
+
+
+def _seconds(item) -> float:
+    for key in (item.nodeid, item.nodeid.split("[", 1)[0]):
+        if key in LONGEST_SECONDS:
+            return float(LONGEST_SECONDS[key])
+    return SLOW_SECONDS if item.get_closest_marker("slow") else QUICK_SECONDS
+
+
+def _shares(count: int, workers: int) -> list[int]:
+    """How many tests worksteal gives each worker at the start (xdist.scheduler.worksteal.check_schedule)."""
+    sizes, left = [], count
+    for i in range(workers):
+        sizes.append(left // (workers - i))
+        left -= sizes[-1]
+    return sizes
+
+
+def _units(items) -> list[list]:
+    """The items in runs that must stay together: a module's tests that share a module- or class-scoped fixture
+    (set up again whenever the tests between them come from elsewhere), else each test alone."""
+    units, by_module = [], {}
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        shared = info is not None and any(  # one of this suite's (a plugin's, as pytest-django's, has no baseid)
+            definitions[-1].scope in ("module", "class", "package") and definitions[-1].baseid
+            for definitions in info.name2fixturedefs.values() if definitions)
+        if not shared:
+            units.append([item])
+            continue
+        module = item.nodeid.split("::", 1)[0]
+        if module not in by_module:
+            by_module[module] = []
+            units.append(by_module[module])
+        by_module[module].append(item)
+    return units
+
+
+def longest_first(items: list, workers: int) -> list:
+    """``items`` reordered for ``workers`` worksteal workers (see above); the same list when nothing is long."""
+    seconds = {id(item): _seconds(item) for item in items}
+    units = _units(items)
+    weight = [sum(seconds[id(item)] for item in unit) for unit in units]
+    long = sorted((i for i in range(len(units)) if weight[i] >= LONG), key=lambda i: (-weight[i], i))
+    if not long or workers < 2:
+        return items
+    capacity = _shares(len(items), workers)
+    load, placed = [0.0] * workers, [[] for _ in range(workers)]
+    quick = [units[i] for i in range(len(units)) if weight[i] < LONG]
+    pending = [(weight[i], units[i]) for i in long]
+    while pending:
+        seconds_of, unit = pending.pop(0)
+        fits = [w for w in range(workers) if len(unit) <= capacity[w]]
+        if not fits:  # more tests than any share has room for (a few files on many workers): placed one by one
+            pending = sorted(pending + [(seconds[id(item)], [item]) for item in unit], key=lambda p: -p[0])
+            continue
+        w = min(fits, key=lambda w: (load[w], w))
+        placed[w].append(unit)
+        capacity[w] -= len(unit)
+        load[w] += seconds_of
+    rest = iter(item for unit in quick for item in unit)  # in collection order (pytest-django's: db tests first)
+    ordered = []
+    for w in range(workers):
+        fill = [next(rest) for _ in range(capacity[w])]
+        end = len(fill) - len(fill) // QUICK_END  # the share's last tests: quick ones only
+        gaps = len(placed[w])
+        for g, unit in enumerate(placed[w]):  # a long unit, then its part of the other quick tests
+            ordered.extend(unit)
+            ordered.extend(fill[g * end // gaps:(g + 1) * end // gaps])
+        ordered.extend(fill[end:] if gaps else fill)
+    assert len(ordered) == len(items)
+    return ordered
+
+
+class LongestFirst:
+    """The plugin (registered by tests/conftest.py): the order, once the marks are set, `-m` has deselected and
+    pytest-django has put the database tests first."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        workerinput = getattr(config, "workerinput", None)  # an xdist worker: each computes the same order
+        if workerinput is None or config.getvalue("dist") != "worksteal":
+            return
+        items[:] = longest_first(items, int(workerinput["workercount"]))
