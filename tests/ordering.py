@@ -11,28 +11,17 @@ never what runs; ``-n 0``, another ``--dist`` and ``-m "not slow"`` (nothing lon
 
 import pytest
 
-# Seconds each of the longest tests takes alone (`-n 0` on this 2-core machine, 2026-12-08; beside the other
-# workers they take up to twice as long): a nodeid, or a nodeid before its parameters to cover each of them. Any
-# other `slow` test counts as SLOW_SECONDS, any other test as QUICK_SECONDS. A name no longer here only loses its
-# place. test_multi_instance waits for the next minute's tick of two beats: 5 to 65 s.
+# Seconds each of the longest tests takes alone (`-n 0` on the 2-core machine; the slowest of --durations=30 of a
+# full run): a nodeid, or a nodeid before its parameters to cover each of them. Any other `slow` test counts as
+# SLOW_SECONDS, any other test as QUICK_SECONDS. A name that no longer exists here only loses its place.
 LONGEST_SECONDS = {
-    "tests/stateboard/test_multi_instance.py::test_two_webs_two_workers_two_beats_on_one_database": 64,
-    "tests/bench/test_fleet.py::test_bench_fleet_steps_agents_without_then_with_the_trace_export_and_prints_the_capacity": 33,
-    "tests/stateboard/test_up.py::test_up_migrates_seeds_and_serves_on_sqlite": 31,
-    "tests/bench/test_instructions.py::test_bench_instructions_counts_each_loop": 21,
-    "tests/ledger/test_demo.py::test_demo_once_produces_every_promised_fault": 17,
-    "tests/ledger/test_replay_eval.py::test_replay_eval_passes_records_accuracy_and_metrics_show_it": 15,
-    "tests/bench/test_ledger.py::test_bench_ledger_prints_positive_figures": 15,
-    "tests/stateboard/test_webserver.py::test_the_server_keeps_connections_and_outlives_a_killed_worker": 12,
-    "tests/stateboard/test_webserver.py::test_up_stops_during_a_long_poll_and_leaves_no_web_process_behind": 12,
-    "tests/ledger/test_goals_rollback_property.py::test_histories_with_goal_changes_and_rollbacks_keep_their_promises": 10,
-    "tests/bench/test_pages.py::test_bench_pages_prints_every_page": 10,
-    "tests/bench/test_fleet.py::test_bench_longpoll_prints_the_ratios_beside_waiting_leases": 10,
-    "tests/stateboard/test_web_tier.py::test_two_hundred_agents_long_polling_on_threads_are_each_answered_in_time": 9,
-    "tests/bench/test_knowledge.py::test_bench_prints_the_figures_and_cleans_up": 8,
-    "tests/stateboard/test_page_fuzz.py::test_hostile_paging_parameters_on_any_page_never_answer_a_server_error": 8,
-    "tests/stateboard/test_up.py::test_up_restarts_a_worker_killed_under_it": 7,
-    "tests/stateboard/test_up.py::test_up_killed_with_sigkill_takes_every_process_it_started_with_it": 7,
+    "tests/bench/test_instructions.py::test_bench_instructions_counts_each_loop": 44,
+    "tests/stateboard/test_up.py::test_up_migrates_seeds_and_serves_on_sqlite": 42,
+    "tests/browser/test_approvals_browser.py::"
+    "test_a_reason_typed_at_human_speed_survives_the_refresh_and_no_page_logs_an_error": 38,
+    "tests/bench/test_ledger.py::test_bench_ledger_prints_positive_figures": 28,
+    "tests/bench/test_fleet.py::test_bench_fleet_steps_agents_without_then_with_the_trace_export_and_prints_the_capacity": 24,
+    "tests/bench/test_pages.py::test_bench_pages_prints_every_page": 22,
 }
 SLOW_SECONDS = 5.0
 QUICK_SECONDS = 0.1
