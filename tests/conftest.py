@@ -99,10 +99,3 @@ def pytest_collection_modifyitems(config, items):
         db = item.get_closest_marker("django_db")
         if sqlite and (item.get_closest_marker("postgres") or (db is not None and db.kwargs.get("transaction"))):
             item.add_marker(skip)
-
-
-def pytest_configure(config):
-    """Under xdist's worksteal, each worker's share starts with its long tests (tests/ordering.py)."""
-    from tests.ordering import LongestFirst
-
-    config.pluginmanager.register(LongestFirst(), "stateboard-longest-first")
