@@ -30,15 +30,13 @@ SAMPLE_EVERY = 0.05  # seconds between two looks at what the backends wait on
 
 
 def _bindir() -> str:
-    for candidate in (shutil.which("pg_config"),):
-        if candidate:
-            found = subprocess.run([candidate, "--bindir"], capture_output=True, text=True).stdout.strip()
-            if os.path.exists(os.path.join(found, "initdb")):
-                return found
-    roots = sorted(os.listdir("/usr/lib/postgresql"), key=lambda v: int(v) if v.isdigit() else 0) \
-        if os.path.isdir("/usr/lib/postgresql") else []
-    for version in reversed(roots):
-        found = f"/usr/lib/postgresql/{version}/bin"
+    """The server's programs: ``pg_config --bindir``, else the newest of Debian's ``/usr/lib/postgresql/*/bin``."""
+    candidates = []
+    if pg_config := shutil.which("pg_config"):
+        candidates.append(subprocess.run([pg_config, "--bindir"], capture_output=True, text=True).stdout.strip())
+    versions = [v for v in os.listdir("/usr/lib/postgresql") if v.isdigit()] if os.path.isdir("/usr/lib/postgresql") else []
+    candidates += [f"/usr/lib/postgresql/{v}/bin" for v in sorted(versions, key=int, reverse=True)]
+    for found in candidates:
         if os.path.exists(os.path.join(found, "initdb")):
             return found
     raise BenchError("--private-cluster needs PostgreSQL's server programs (initdb, pg_ctl); none found.")
