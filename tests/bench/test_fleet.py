@@ -21,7 +21,7 @@ def test_bench_longpoll_prints_the_ratios_beside_waiting_leases(bench_command, c
 
 def test_bench_fleet_steps_agents_without_then_with_the_trace_export_and_prints_the_capacity(bench_command):
     """On a private cluster (``--private-cluster``), which also prints PostgreSQL's figures per statement."""
-    stdout = bench_command("fleet", "--steps", "4,8", "--step-seconds", "3", "--tracing", "both", "--private-cluster",
+    stdout = bench_command("fleet", "--steps", "4,8", "--step-seconds", "4", "--tracing", "both", "--private-cluster",
                            timeout=200)
     assert re.search(r"private cluster: PostgreSQL [\d.]+ .* on 127\.0\.0\.1:\d+ with pg_stat_statements", stdout), stdout
     statements = re.findall(r"PostgreSQL \(pg_stat_statements\): (\d+) statements, ([\d.]+) a request; executing and "

@@ -122,7 +122,7 @@ def private_cluster(say):
     (its ``postgres`` database: the scratch database is made there); yields its ``Statements``."""
     bindir = _bindir()
     root = tempfile.mkdtemp(prefix="stateboard-bench-pg-")
-    data, log, port = os.path.join(root, "data"), os.path.join(root, "server.log"), _free_port()
+    data, log = os.path.join(root, "data"), os.path.join(root, "server.log")
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
     settings = connections["default"].settings_dict
@@ -132,8 +132,15 @@ def private_cluster(say):
         say(f"private cluster: initdb in {data} ...")
         _run(_as_server_user([f"{bindir}/initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8",
                               "--no-sync"]))
-        _run(_as_server_user([f"{bindir}/pg_ctl", "-D", data, "-l", log, "-w", "-t", "60", "-o",
-                              f"-p {port} -c listen_addresses=127.0.0.1 -k {root} {PRELOAD}", "start"]))
+        for attempt in range(3):  # a free port another process took before the server bound it: another one
+            port = _free_port()
+            try:
+                _run(_as_server_user([f"{bindir}/pg_ctl", "-D", data, "-l", log, "-w", "-t", "60", "-o",
+                                      f"-p {port} -c listen_addresses=127.0.0.1 -k {root} {PRELOAD}", "start"]))
+                break
+            except BenchError:
+                if attempt == 2:
+                    raise
         started = True
         close_django_connections()
         settings.update(HOST="127.0.0.1", PORT=str(port), USER="postgres", PASSWORD="", NAME="postgres")
